@@ -1,0 +1,65 @@
+"""Options and helpers every command shares: --matrix, --site, --set, and the plan they load."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..plan import Plan, load_plan
+
+DEFAULT_SITE = "site.yaml"
+
+
+def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --matrix/--site/--set and pass a loaded Plan as the `plan` argument."""
+
+    @click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=Path("matrix.yaml"),
+                  show_default=True, help="The matrix of flavours.")
+    @click.option("--site", "site_path", type=click.Path(path_type=Path), default=None,
+                  help=f"Site settings file (default: {DEFAULT_SITE} next to the matrix, if present).")
+    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                  help="Override a site setting, e.g. --set registry=127.0.0.1:5000/xla-images. Repeatable.")
+    @functools.wraps(command)
+    def wrapper(*args: Any, matrix_path: Path, site_path: Path | None, overrides: tuple[str, ...],
+                **kwargs: Any) -> Any:
+        if site_path is None:
+            candidate = matrix_path.resolve().parent / DEFAULT_SITE
+            site_path = candidate if candidate.is_file() else None
+        plan = load_plan(matrix_path, site_path, overrides)
+        return command(*args, plan=plan, **kwargs)
+
+    return wrapper
+
+
+def flavour_filters(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--abi/--python/--torch-xla/--accelerator, passed on as a `filters` dict."""
+
+    @click.option("--abi", type=click.Choice(["cxx11", "pre-cxx11"]), help="Only this C++ ABI.")
+    @click.option("--python", "python", metavar="X.Y", help="Only this python, e.g. 3.11.")
+    @click.option("--torch-xla", "torch_xla", metavar="VERSION", help="Only this torch_xla (2.9 or 2.9.0).")
+    @click.option("--accelerator", type=click.Choice(["tpu", "cpu"]), help="Only this accelerator.")
+    @functools.wraps(command)
+    def wrapper(*args: Any, abi: str | None, python: str | None, torch_xla: str | None, accelerator: str | None,
+                **kwargs: Any) -> Any:
+        filters = {"abi": abi, "python": python, "torch_xla": torch_xla, "accelerator": accelerator}
+        return command(*args, filters=filters, **kwargs)
+
+    return wrapper
+
+
+def in_ci() -> bool:
+    """CI logs want plain lines, not live displays."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def select(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None]) -> list:
+    from ..errors import ConfigError
+
+    chosen = plan.select(names, **filters)
+    if not chosen:
+        raise ConfigError("no flavour matches", rule="flavour-exists",
+                          hint="`build.py list` shows what the matrix declares; loosen the filters")
+    return chosen

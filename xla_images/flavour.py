@@ -1,0 +1,243 @@
+"""A flavour: one image to build, with every fact about it computed once, here.
+
+Nobody else derives a tag, an ABI flag, a label or a requirement line from strings: they read them off
+the Flavour. matrix.py creates Flavours; plan.py fills in the content-addressed id after rendering.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+LABEL_PREFIX = "io.xla-images"
+ENV_PREFIX = "XLA_IMAGES"
+PROJECT_URL = "https://github.com/xla-images/xla-images"
+
+
+class Abi(str, enum.Enum):
+    """The libstdc++ dual ABI a flavour's torch and torch_xla are built with."""
+
+    CXX11 = "cxx11"
+    PRE_CXX11 = "pre-cxx11"
+
+    @property
+    def glibcxx_use_cxx11_abi(self) -> int:
+        """The value of `_GLIBCXX_USE_CXX11_ABI` (and upstream's `CXX_ABI`) for this ABI."""
+        return 1 if self is Abi.CXX11 else 0
+
+    @property
+    def tag_word(self) -> str:
+        """Upstream's word for the ABI in tags and wheel local versions (`+cxx11`, `_precxx11`)."""
+        return "cxx11" if self is Abi.CXX11 else "precxx11"
+
+    @property
+    def title(self) -> str:
+        return "C++11" if self is Abi.CXX11 else "pre-C++11"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Accelerator(str, enum.Enum):
+    TPU = "tpu"
+    CPU = "cpu"
+
+    @property
+    def tag_word(self) -> str:
+        # Upstream's TPU images say `tpuvm`; CPU images get a word of their own so tags never collide.
+        return "tpuvm" if self is Accelerator.TPU else "cpu"
+
+    @property
+    def pjrt_device(self) -> str:
+        return "TPU" if self is Accelerator.TPU else "CPU"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class WheelSource:
+    """Where a flavour's wheels come from: pip's default index unless told otherwise."""
+
+    name: str
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    wheelhouse: str | None = None
+    # The local version label the source's wheels carry (upstream: `+cxx11` for 2.6 C++11 builds).
+    torch_local: str = ""
+    torch_xla_local: str = ""
+
+    @property
+    def uses_default_index(self) -> bool:
+        return self.index_url is None and self.wheelhouse is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "index_url": self.index_url,
+            "extra_index_urls": list(self.extra_index_urls),
+            "find_links": list(self.find_links),
+            "wheelhouse": self.wheelhouse,
+            "torch_local": self.torch_local,
+            "torch_xla_local": self.torch_xla_local,
+        }
+
+
+def minor(version: str) -> str:
+    """`2.9.0` -> `2.9`."""
+    return ".".join(version.split(".")[:2])
+
+
+def make_tag(torch_xla: str, python: str, accelerator: Accelerator, abi: Abi, release_default_abi: Abi) -> str:
+    """Upstream-compatible tag: `r2.6.0_3.11_tpuvm`, `r2.6.0_3.11_tpuvm_cxx11`, `r2.9.0_3.11_tpuvm_precxx11`.
+
+    The ABI word appears only when the flavour's ABI is not the release's default, as upstream does.
+    """
+    return make_tag_prefix(torch_xla, python, accelerator) + abi_suffix(abi, release_default_abi)
+
+
+def make_tag_prefix(version: str, python: str, accelerator: Accelerator) -> str:
+    return f"r{version}_{python}_{accelerator.tag_word}"
+
+
+def abi_suffix(abi: Abi, release_default_abi: Abi) -> str:
+    return "" if abi is release_default_abi else f"_{abi.tag_word}"
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One image. Immutable; every derived fact is a field or a property computed from fields."""
+
+    torch_xla: str
+    torch: str
+    python: str
+    abi: Abi
+    accelerator: Accelerator
+    libtpu: str | None
+    release_default_abi: Abi
+    pytorch_git_rev: str
+    xla_git_rev: str
+    wheel_source: WheelSource
+    base_image: str
+    declared_at: str
+    aliases: tuple[str, ...] = ()
+    # Filled by plan.py once the flavour's files are rendered (hash of inputs and rendered files).
+    id: str = ""
+    extra_labels: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def tag(self) -> str:
+        return make_tag(self.torch_xla, self.python, self.accelerator, self.abi, self.release_default_abi)
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The tag first, then its aliases: everything this flavour is published under."""
+        return (self.tag, *self.aliases)
+
+    @property
+    def is_default_abi(self) -> bool:
+        return self.abi is self.release_default_abi
+
+    @property
+    def release_minor(self) -> str:
+        return minor(self.torch_xla)
+
+    @property
+    def wheel_local_version(self) -> str:
+        """Upstream's wheel naming for builds in the release's non-default ABI: `+cxx11` / `+precxx11`."""
+        return "" if self.is_default_abi else f"+{self.abi.tag_word}"
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Top-level pins installed into the image, in order."""
+        source = self.wheel_source
+        pins = [f"torch=={self.torch}{source.torch_local}", f"torch_xla=={self.torch_xla}{source.torch_xla_local}"]
+        if self.libtpu:
+            # libtpu is pinned explicitly: the 2.6 `[tpu]` extra wants a nightly from a host we cannot reach.
+            pins.append(f"libtpu=={self.libtpu}")
+        return tuple(pins)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment baked into the image; the smoke suite reads its expectations from here."""
+        return {
+            "PJRT_DEVICE": self.accelerator.pjrt_device,
+            f"{ENV_PREFIX}_TAG": self.tag,
+            f"{ENV_PREFIX}_ABI": self.abi.value,
+            f"{ENV_PREFIX}_PYTHON": self.python,
+            f"{ENV_PREFIX}_TORCH": self.torch,
+            f"{ENV_PREFIX}_TORCH_XLA": self.torch_xla,
+            f"{ENV_PREFIX}_LIBTPU": self.libtpu or "",
+            f"{ENV_PREFIX}_ACCELERATOR": self.accelerator.value,
+        }
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Static OCI and flavour labels. The flavour id label is added at build time (it hashes these files)."""
+        labels = {
+            "org.opencontainers.image.title": f"xla-images {self.tag}",
+            "org.opencontainers.image.description": (
+                f"PyTorch/XLA {self.torch_xla} with torch {self.torch}, python {self.python}, "
+                f"{self.abi.title} ABI, {self.accelerator.value}"
+            ),
+            "org.opencontainers.image.version": self.tag,
+            "org.opencontainers.image.source": PROJECT_URL,
+            "org.opencontainers.image.licenses": "BSD-3-Clause",
+            f"{LABEL_PREFIX}.tag": self.tag,
+            f"{LABEL_PREFIX}.torch": self.torch,
+            f"{LABEL_PREFIX}.torch-xla": self.torch_xla,
+            f"{LABEL_PREFIX}.python": self.python,
+            f"{LABEL_PREFIX}.abi": self.abi.value,
+            f"{LABEL_PREFIX}.accelerator": self.accelerator.value,
+            f"{LABEL_PREFIX}.libtpu": self.libtpu or "none",
+        }
+        labels.update(dict(self.extra_labels))
+        return labels
+
+    def matches(
+        self,
+        *,
+        abi: str | None = None,
+        python: str | None = None,
+        torch_xla: str | None = None,
+        accelerator: str | None = None,
+    ) -> bool:
+        """Filter used by list/build/resolve. `torch_xla` may be a prefix such as `2.9` (matches 2.9.x)."""
+        if abi is not None and self.abi.value != abi:
+            return False
+        if python is not None and self.python != python:
+            return False
+        if accelerator is not None and self.accelerator.value != accelerator:
+            return False
+        if torch_xla is not None and not _version_prefix_matches(self.torch_xla, torch_xla):
+            return False
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        """The `list --json` contract: CI and scripts rely on these keys."""
+        return {
+            "tag": self.tag,
+            "aliases": list(self.aliases),
+            "torch_xla": self.torch_xla,
+            "torch": self.torch,
+            "python": self.python,
+            "abi": self.abi.value,
+            "accelerator": self.accelerator.value,
+            "libtpu": self.libtpu,
+            "id": self.id,
+            "release": self.release_minor,
+            "default_abi": self.is_default_abi,
+            "pytorch_git_rev": self.pytorch_git_rev,
+            "xla_git_rev": self.xla_git_rev,
+            "base_image": self.base_image,
+            "wheel_source": self.wheel_source.name,
+            "requirements": list(self.requirements),
+            "labels": self.labels,
+        }
+
+
+def _version_prefix_matches(version: str, wanted: str) -> bool:
+    parts = version.split(".")
+    wanted_parts = wanted.split(".")
+    return parts[: len(wanted_parts)] == wanted_parts

@@ -1,0 +1,432 @@
+"""matrix.yaml -> validated Flavours.
+
+Validation collects every error in one pass (file:line, the rule broken, how to fix it) before anything is
+rendered or built. Rules, by id:
+
+  schema-*          unknown keys, wrong types, missing fields, unsupported schema version
+  version-format    torch_xla/torch/libtpu are X.Y.Z[...], pythons are X.Y
+  python-supported  a release builds only pythons in its python_support range
+  torch-pin         torch's major.minor equals torch_xla's (upstream pins them together)
+  libtpu-pin        a release with tpu flavours pins libtpu exactly
+  abi-wheel-source  some wheel source serves the flavour's ABI (C++11 only from 2.7 unless one does)
+  base-image        every python built has a base image in the site settings
+  exclude-matches   every exclude removes at least one flavour
+  unique-tag        no two flavours share a tag, and no alias is another flavour's tag
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from . import yamlsrc
+from .errors import ConfigError, ErrorList, Location, XlaImagesError
+from .flavour import Abi, Accelerator, Flavour, make_tag_prefix, abi_suffix, minor
+from .site import Site
+
+SCHEMA_VERSION = 1
+TOP_KEYS = {"schema", "defaults", "releases", "exclude"}
+DEFAULT_KEYS = {"pythons", "accelerators", "default_abi", "abis", "latest_python"}
+RELEASE_KEYS = {"torch", "pytorch_git_rev", "xla_git_rev", "python_support", "pythons", "accelerators", "abis",
+                "default_abi", "libtpu"}
+RELEASE_REQUIRED = ("torch", "pytorch_git_rev", "xla_git_rev", "python_support")
+EXCLUDE_KEYS = {"torch_xla", "python", "abi", "accelerator"}
+RELEASE_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+PACKAGE_VERSION = re.compile(r"^\d+(\.\d+){1,3}([a-z]+\d+)?$")
+PYTHON_VERSION = re.compile(r"^3\.\d+$")
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Release:
+    torch_xla: str
+    torch: str
+    pytorch_git_rev: str
+    xla_git_rev: str
+    python_support: SpecifierSet
+    pythons: tuple[str, ...]
+    accelerators: tuple[Accelerator, ...]
+    abis: tuple[Abi, ...]
+    default_abi: Abi
+    libtpu: str | None
+    declared_at: Location
+
+
+class _Collector:
+    """Gathers errors so one run of `validate` reports all of them."""
+
+    def __init__(self, doc: yamlsrc.YamlDoc) -> None:
+        self.doc = doc
+        self.errors: list[XlaImagesError] = []
+
+    def error(self, keys: KeyPath, message: str, rule: str, hint: str | None = None) -> None:
+        self.errors.append(ConfigError(message, location=self.doc.loc(keys), rule=rule, hint=hint))
+
+    def raise_if_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ErrorList(self.errors)
+
+
+def load_flavours(matrix_path: Path, site: Site) -> list[Flavour]:
+    """Parse, validate and expand the matrix. Raises ConfigError/ErrorList listing every problem."""
+    doc = yamlsrc.load(matrix_path)
+    return expand(doc, site)
+
+
+def expand(doc: yamlsrc.YamlDoc, site: Site) -> list[Flavour]:
+    errors = _Collector(doc)
+    data = doc.data
+    if not isinstance(data, dict):
+        errors.error((), "the matrix must be a mapping with `releases`", "schema-type")
+        errors.raise_if_any()
+    _check_keys(errors, data, (), TOP_KEYS, "top level")
+    _check_schema_version(errors, data)
+    defaults = _defaults(errors, data.get("defaults", {}))
+    releases = _releases(errors, data.get("releases"), defaults)
+    excludes = _excludes(errors, data.get("exclude", []))
+    errors.raise_if_any()
+    flavours = _flavours(errors, releases, excludes, site)
+    errors.raise_if_any()
+    flavours = _with_aliases(flavours, str(defaults["latest_python"]))
+    _check_unique_tags(errors, flavours)
+    errors.raise_if_any()
+    return flavours
+
+
+# --- schema -----------------------------------------------------------------------------------------------
+
+def _check_keys(errors: _Collector, mapping: dict, keys: KeyPath, allowed: set[str], what: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            close = _closest(key, allowed)
+            errors.error(keys + (key,), f"unknown key {key!r} in {what}", "schema-unknown-key",
+                         f"did you mean {close!r}?" if close else f"allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _closest(word: str, choices: set[str]) -> str | None:
+    import difflib
+
+    found = difflib.get_close_matches(word, sorted(choices), n=1)
+    return found[0] if found else None
+
+
+def _check_schema_version(errors: _Collector, data: dict) -> None:
+    if "schema" not in data:
+        errors.error((), "missing `schema: 1` at the top of the matrix", "schema-missing",
+                     "add the line `schema: 1`")
+    elif data["schema"] != SCHEMA_VERSION:
+        errors.error(("schema",), f"unsupported schema {data['schema']!r}", "schema-version",
+                     f"this xla-images reads schema {SCHEMA_VERSION}")
+
+
+def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pattern[str], what: str,
+                  example: str) -> str | None:
+    """A version as the user wrote it: unquoted `3.10` is read back from the raw text, not the float 3.1."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        errors.error(keys, f"{what} must be a version string like {example}", "schema-type")
+        return None
+    text = errors.doc.text(keys) if isinstance(value, float) else None
+    text = text or str(value)
+    if not pattern.match(text):
+        errors.error(keys, f"{what} {text!r} is not a version like {example}", "version-format",
+                     f'write it as a quoted string, e.g. "{example}"')
+        return None
+    return text
+
+
+def _str_field(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str | None:
+    if not isinstance(value, str) or not value:
+        errors.error(keys, f"{what} must be a non-empty string", "schema-type")
+        return None
+    return value
+
+
+def _enum_list(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, what: str) -> tuple:
+    allowed = [member.value for member in enum_type]
+    if not isinstance(value, list) or not value:
+        errors.error(keys, f"{what} must be a non-empty list of {', '.join(allowed)}", "schema-type")
+        return ()
+    result = []
+    for index, item in enumerate(value):
+        if item not in allowed:
+            errors.error(keys + (index,), f"unknown {what[:-1]} {item!r}", "schema-type",
+                         f"use one of: {', '.join(allowed)}")
+        else:
+            result.append(enum_type(item))
+    return tuple(result)
+
+
+def _enum_value(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, what: str):
+    allowed = [member.value for member in enum_type]
+    if value not in allowed:
+        errors.error(keys, f"unknown {what} {value!r}", "schema-type", f"use one of: {', '.join(allowed)}")
+        return None
+    return enum_type(value)
+
+
+def _python_list(errors: _Collector, keys: KeyPath, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        errors.error(keys, "pythons must be a non-empty list of versions like \"3.11\"", "schema-type")
+        return ()
+    pythons = []
+    for index, item in enumerate(value):
+        text = _version_text(errors, keys + (index,), item, PYTHON_VERSION, "python", "3.11")
+        if text:
+            pythons.append(text)
+    return tuple(pythons)
+
+
+# --- sections ---------------------------------------------------------------------------------------------
+
+def _defaults(errors: _Collector, value: Any) -> dict[str, Any]:
+    keys: KeyPath = ("defaults",)
+    result: dict[str, Any] = {
+        "pythons": (), "accelerators": (Accelerator.TPU,), "default_abi": Abi.CXX11, "abis": (Abi.CXX11,),
+        "latest_python": "3.11",
+    }
+    if not isinstance(value, dict):
+        errors.error(keys, "defaults must be a mapping", "schema-type")
+        return result
+    _check_keys(errors, value, keys, DEFAULT_KEYS, "defaults")
+    if "pythons" in value:
+        result["pythons"] = _python_list(errors, keys + ("pythons",), value["pythons"])
+    if "accelerators" in value:
+        result["accelerators"] = _enum_list(errors, keys + ("accelerators",), value["accelerators"], Accelerator,
+                                            "accelerators")
+    if "abis" in value:
+        result["abis"] = _enum_list(errors, keys + ("abis",), value["abis"], Abi, "abis")
+    if "default_abi" in value:
+        result["default_abi"] = _enum_value(errors, keys + ("default_abi",), value["default_abi"], Abi, "abi")
+    if "latest_python" in value:
+        result["latest_python"] = _version_text(errors, keys + ("latest_python",), value["latest_python"],
+                                                PYTHON_VERSION, "python", "3.11")
+    return result
+
+
+def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[Release]:
+    if value is None:
+        errors.error((), "missing `releases`", "schema-missing", "declare at least one torch_xla release")
+        return []
+    if not isinstance(value, dict) or not value:
+        errors.error(("releases",), "releases must be a mapping of torch_xla version -> settings", "schema-type")
+        return []
+    releases = []
+    for version, settings in value.items():
+        release = _release(errors, ("releases", version), version, settings, defaults)
+        if release is not None:
+            releases.append(release)
+    return sorted(releases, key=lambda release: Version(release.torch_xla))
+
+
+def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, defaults: dict) -> Release | None:
+    before = len(errors.errors)
+    if not RELEASE_VERSION.match(version):
+        errors.error(keys, f"release key {version!r} is not a torch_xla version like 2.9.0", "version-format",
+                     'quote it: "2.9.0"')
+    if not isinstance(settings, dict):
+        errors.error(keys, "a release must be a mapping of settings", "schema-type")
+        return None
+    _check_keys(errors, settings, keys, RELEASE_KEYS, f"release {version}")
+    for required in RELEASE_REQUIRED:
+        if required not in settings:
+            errors.error(keys, f"release {version} is missing `{required}`", "schema-missing",
+                         f"add `{required}:` under releases.{version}")
+    torch = _version_text(errors, keys + ("torch",), settings.get("torch", "0.0.0"), PACKAGE_VERSION, "torch",
+                          "2.9.0")
+    support = _python_support(errors, keys + ("python_support",), settings.get("python_support", ""))
+    pythons = (_python_list(errors, keys + ("pythons",), settings["pythons"]) if "pythons" in settings
+               else tuple(p for p in defaults["pythons"] if support is not None and support.contains(p + ".0")))
+    accelerators = (_enum_list(errors, keys + ("accelerators",), settings["accelerators"], Accelerator,
+                               "accelerators") if "accelerators" in settings else defaults["accelerators"])
+    abis = (_enum_list(errors, keys + ("abis",), settings["abis"], Abi, "abis") if "abis" in settings
+            else defaults["abis"])
+    default_abi = (_enum_value(errors, keys + ("default_abi",), settings["default_abi"], Abi, "abi")
+                   if "default_abi" in settings else defaults["default_abi"])
+    libtpu = None
+    if "libtpu" in settings:
+        libtpu = _version_text(errors, keys + ("libtpu",), settings["libtpu"], PACKAGE_VERSION, "libtpu",
+                               "0.0.21")
+    revs = [_str_field(errors, keys + (name,), settings.get(name), name) if name in settings else None
+            for name in ("pytorch_git_rev", "xla_git_rev")]
+    _check_release_rules(errors, keys, version, torch, support, pythons, accelerators, libtpu, settings)
+    if len(errors.errors) > before:
+        return None
+    return Release(version, str(torch), str(revs[0]), str(revs[1]), support, pythons, accelerators, abis,
+                   default_abi, libtpu, errors.doc.loc(keys))
+
+
+def _python_support(errors: _Collector, keys: KeyPath, value: Any) -> SpecifierSet | None:
+    try:
+        if not isinstance(value, str) or not value:
+            raise InvalidSpecifier(str(value))
+        return SpecifierSet(value)
+    except InvalidSpecifier:
+        errors.error(keys, f"python_support {value!r} is not a version range", "schema-type",
+                     'write a specifier such as ">=3.10,<3.14"')
+        return None
+
+
+def _check_release_rules(errors: _Collector, keys: KeyPath, version: str, torch: str | None,
+                         support: SpecifierSet | None, pythons: tuple[str, ...],
+                         accelerators: tuple[Accelerator, ...], libtpu: str | None, settings: dict) -> None:
+    if torch and RELEASE_VERSION.match(version) and minor(torch) != minor(version):
+        errors.error(keys + ("torch",), f"torch {torch} does not go with torch_xla {version}", "torch-pin",
+                     f"torch_xla {version} is built against torch {minor(version)}.x; pin torch {minor(version)}.*")
+    if support is not None and "pythons" in settings:
+        for index, python in enumerate(pythons):
+            if not support.contains(python + ".0"):
+                errors.error(keys + ("pythons", index), f"torch_xla {version} does not support python {python}",
+                             "python-supported",
+                             f"its python_support is {support}; remove {python} or widen python_support")
+    if support is not None and not pythons:
+        errors.error(keys, f"release {version} builds no python: none of defaults.pythons is in {support}",
+                     "python-supported", "add a supported python to defaults.pythons or list `pythons:`")
+    if Accelerator.TPU in accelerators and not libtpu:
+        errors.error(keys, f"release {version} builds tpu flavours but pins no libtpu", "libtpu-pin",
+                     "add `libtpu: \"X.Y.Z\"` (the version upstream tested the release with), or build cpu only")
+
+
+def _excludes(errors: _Collector, value: Any) -> list[tuple[KeyPath, dict[str, str]]]:
+    if not isinstance(value, list):
+        errors.error(("exclude",), "exclude must be a list of mappings", "schema-type")
+        return []
+    excludes = []
+    for index, entry in enumerate(value):
+        keys: KeyPath = ("exclude", index)
+        if not isinstance(entry, dict) or not entry:
+            errors.error(keys, "each exclude is a non-empty mapping such as {python: \"3.9\", accelerator: cpu}",
+                         "schema-type")
+            continue
+        _check_keys(errors, entry, keys, EXCLUDE_KEYS, "exclude")
+        normalised = {}
+        for key, item in entry.items():
+            text = errors.doc.text(keys + (key,)) if isinstance(item, float) else None
+            normalised[key] = text or str(item)
+        excludes.append((keys, normalised))
+    return excludes
+
+
+# --- expansion --------------------------------------------------------------------------------------------
+
+def _flavours(errors: _Collector, releases: list[Release], excludes: list[tuple[KeyPath, dict[str, str]]],
+              site: Site) -> list[Flavour]:
+    used = [False] * len(excludes)
+    flavours = []
+    for release in releases:
+        for python in release.pythons:
+            for accelerator in release.accelerators:
+                for abi in release.abis:
+                    facts = {"torch_xla": release.torch_xla, "python": python, "abi": abi.value,
+                             "accelerator": accelerator.value}
+                    hit = _excluded(facts, excludes)
+                    if hit is not None:
+                        used[hit] = True
+                        continue
+                    flavour = _flavour(errors, release, python, accelerator, abi, site)
+                    if flavour is not None:
+                        flavours.append(flavour)
+    for (keys, entry), was_used in zip(excludes, used):
+        if not was_used:
+            errors.error(keys, f"exclude {entry} matches no flavour", "exclude-matches",
+                         "fix the values (versions are exact, e.g. torch_xla: \"2.9.0\") or delete the entry")
+    return flavours
+
+
+def _excluded(facts: dict[str, str], excludes: list[tuple[KeyPath, dict[str, str]]]) -> int | None:
+    for index, (_, entry) in enumerate(excludes):
+        if all(facts.get(key) == value for key, value in entry.items()):
+            return index
+    return None
+
+
+def _flavour(errors: _Collector, release: Release, python: str, accelerator: Accelerator, abi: Abi,
+             site: Site) -> Flavour | None:
+    keys: KeyPath = ("releases", release.torch_xla)
+    rule = site.wheel_source_for(release.torch_xla, abi)
+    if rule is None:
+        cxx11_only = abi is Abi.PRE_CXX11 and Version(release.torch_xla) >= Version("2.7")
+        why = (f"torch_xla {release.torch_xla} is published C++11-only from 2.7"
+               if cxx11_only else f"no configured wheel source serves {abi.title} torch_xla {release.torch_xla}")
+        errors.error(keys + ("abis",), f"{why}; no wheel source provides {abi.title} wheels for it",
+                     "abi-wheel-source",
+                     f"remove {abi.value} from releases.{release.torch_xla}.abis, or add a site.yaml wheel_sources "
+                     f"entry with match {{torch_xla: \"=={release.torch_xla}\", abi: {abi.value}}} pointing at "
+                     "wheels of that ABI (e.g. a wheelhouse filled by build-wheels.sh)")
+        return None
+    base = site.bases.get(python)
+    if base is None:
+        errors.error(keys, f"no base image configured for python {python}", "base-image",
+                     f"add `bases: {{\"{python}\": IMAGE}}` to site.yaml or --set bases.{python}=IMAGE")
+        return None
+    return Flavour(
+        torch_xla=release.torch_xla,
+        torch=release.torch,
+        python=python,
+        abi=abi,
+        accelerator=accelerator,
+        libtpu=release.libtpu if accelerator is Accelerator.TPU else None,
+        release_default_abi=release.default_abi,
+        pytorch_git_rev=release.pytorch_git_rev,
+        xla_git_rev=release.xla_git_rev,
+        wheel_source=rule.source,
+        base_image=base,
+        declared_at=str(release.declared_at),
+    )
+
+
+def _with_aliases(flavours: list[Flavour], latest_python: str) -> list[Flavour]:
+    """`r2.9_3.11_tpuvm` names the newest patch of a minor; `latest`/`latest_cpu` the newest default flavour."""
+    import dataclasses
+
+    newest_patch: dict[str, Version] = {}
+    for flavour in flavours:
+        key = flavour.release_minor
+        newest_patch[key] = max(newest_patch.get(key, Version(flavour.torch_xla)), Version(flavour.torch_xla))
+    newest_release = max((Version(f.torch_xla) for f in flavours), default=None)
+    result = []
+    for flavour in flavours:
+        aliases: list[str] = []
+        if Version(flavour.torch_xla) == newest_patch[flavour.release_minor]:
+            aliases.append(make_tag_prefix(flavour.release_minor, flavour.python, flavour.accelerator)
+                           + abi_suffix(flavour.abi, flavour.release_default_abi))
+        if (Version(flavour.torch_xla) == newest_release and flavour.is_default_abi
+                and flavour.python == latest_python):
+            aliases.append("latest" if flavour.accelerator is Accelerator.TPU else f"latest_{flavour.accelerator}")
+        result.append(dataclasses.replace(flavour, aliases=tuple(aliases)))
+    return result
+
+
+def _check_unique_tags(errors: _Collector, flavours: list[Flavour]) -> None:
+    owner: dict[str, Flavour] = {}
+    for flavour in flavours:
+        for name in flavour.tags:
+            other = owner.get(name)
+            if other is not None and other is not flavour:
+                errors.error(("releases", flavour.torch_xla), f"tag {name!r} is produced by two flavours "
+                             f"({other.declared_at} and {flavour.declared_at})", "unique-tag",
+                             "two releases or entries expand to the same flavour; remove the duplicate")
+            owner[name] = flavour
+
+
+def select(flavours: list[Flavour], names: tuple[str, ...] = (), **filters: str | None) -> list[Flavour]:
+    """Flavours named by tag or alias (all when none named), then narrowed by property filters."""
+    chosen = flavours
+    if names:
+        by_name = {name: flavour for flavour in flavours for name in flavour.tags}
+        unknown = [name for name in names if name not in by_name]
+        if unknown:
+            raise ConfigError(f"unknown flavour(s): {', '.join(unknown)}", rule="flavour-exists",
+                              hint="`build.py list` shows every tag and alias")
+        seen: dict[str, Flavour] = {}
+        for name in names:
+            seen.setdefault(by_name[name].tag, by_name[name])
+        chosen = list(seen.values())
+    return [flavour for flavour in chosen if flavour.matches(**filters)]
+
+

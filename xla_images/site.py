@@ -1,0 +1,244 @@
+"""Site settings: what differs per user (registry, wheel sources, base images, CA bundle).
+
+Three layers, later wins: the built-in defaults (site_defaults.yaml next to this file), an optional
+site.yaml, and `--set key=value` options. Mappings merge key by key; lists and scalars replace.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from . import yamlsrc
+from .errors import ConfigError, ErrorList, Location, XlaImagesError
+from .flavour import Abi, WheelSource
+
+DEFAULTS_PATH = Path(__file__).with_name("site_defaults.yaml")
+CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources"}
+SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
+               "torch_xla_local"}
+MATCH_KEYS = {"torch_xla", "abi"}
+
+
+@dataclass(frozen=True)
+class WheelSourceRule:
+    """A wheel source and the flavours it serves."""
+
+    source: WheelSource
+    torch_xla: SpecifierSet
+    abi: Abi | None
+    declared_at: str
+
+    def serves(self, torch_xla: str, abi: Abi) -> bool:
+        if self.abi is not None and self.abi is not abi:
+            return False
+        return self.torch_xla.contains(torch_xla, prereleases=True)
+
+
+@dataclass(frozen=True)
+class Site:
+    registry: str
+    ca_bundle_setting: str
+    bases: dict[str, str]
+    wheel_sources: tuple[WheelSourceRule, ...]
+    # Where the site file lives: relative wheelhouse paths are taken from there.
+    root: Path
+
+    def wheel_source_for(self, torch_xla: str, abi: Abi) -> WheelSourceRule | None:
+        return next((rule for rule in self.wheel_sources if rule.serves(torch_xla, abi)), None)
+
+    def ca_bundle(self) -> Path | None:
+        """The CA bundle to inject into builds, or None. `auto` reads pip's and OpenSSL's usual variables."""
+        setting = self.ca_bundle_setting
+        if setting in ("none", ""):
+            return None
+        if setting == "auto":
+            for name in CA_ENV_VARS:
+                value = os.environ.get(name)
+                if value and Path(value).is_file():
+                    return Path(value)
+            return None
+        path = Path(setting)
+        if not path.is_absolute():
+            path = self.root / path
+        if not path.is_file():
+            raise ConfigError(
+                f"CA bundle {path} does not exist",
+                rule="ca-bundle-exists",
+                hint="point ca_bundle (site.yaml, --set ca_bundle=FILE or --ca-bundle) at a PEM file, or use `none`",
+            )
+        return path
+
+    def wheelhouse_path(self, source: WheelSource) -> Path | None:
+        if source.wheelhouse is None:
+            return None
+        path = Path(source.wheelhouse)
+        return path if path.is_absolute() else self.root / path
+
+
+def load_site(site_path: Path | None, overrides: tuple[str, ...] = (), root: Path | None = None) -> Site:
+    """Merge defaults, the site file (if any) and `--set` overrides, then validate."""
+    defaults = yamlsrc.load(DEFAULTS_PATH)
+    merged: dict[str, Any] = dict(defaults.data)
+    origin: dict[str, yamlsrc.YamlDoc] = {key: defaults for key in merged}
+    site_root = root or Path.cwd()
+    if site_path is not None:
+        doc = yamlsrc.load(site_path, required=True)
+        _check_top(doc)
+        merged = _merge(merged, doc.data)
+        origin.update({key: doc for key in doc.data})
+        site_root = site_path.resolve().parent
+    for override in overrides:
+        key_path, value = parse_override(override)
+        merged = _merge(merged, _nest(key_path, value))
+        doc = yamlsrc.YamlDoc(f"--set {override}", merged)
+        origin[key_path[0]] = doc
+    return _build_site(merged, origin, site_root)
+
+
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """`bases.3.11=img` -> (("bases", "3.11"), "img"). Values are YAML, so lists and mappings work too."""
+    where = Location(f"--set {text}")
+    key, sep, raw_value = text.partition("=")
+    if not sep or not key:
+        raise ConfigError("expected KEY=VALUE", location=where, rule="set-syntax",
+                          hint="for example --set registry=127.0.0.1:5000/xla-images")
+    head, _, rest = key.partition(".")
+    if head not in TOP_KEYS:
+        raise ConfigError(f"unknown site setting {head!r}", location=where, rule="site-unknown-key",
+                          hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+    except yaml.YAMLError:
+        value = raw_value
+    if head in ("registry", "ca_bundle") or (head == "bases" and rest):
+        value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
+    # Only `bases` is keyed by python version, and those keys contain dots: split once.
+    return ((head, rest) if rest else (head,)), value
+
+
+def _nest(key_path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    for key in reversed(key_path):
+        value = {key: value}
+    return value
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _check_top(doc: yamlsrc.YamlDoc) -> None:
+    if not isinstance(doc.data, dict):
+        raise ConfigError("a site file is a mapping of settings", location=doc.loc(()), rule="site-schema")
+    for key in doc.data:
+        if key not in TOP_KEYS:
+            raise ConfigError(f"unknown site setting {key!r}", location=doc.loc((key,)), rule="site-unknown-key",
+                              hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
+
+
+def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: Path) -> Site:
+    errors: list[XlaImagesError] = []
+
+    def where(key: str, *rest: str | int) -> Location:
+        doc = origin.get(key)
+        return doc.loc((key, *rest)) if doc else Location("site settings")
+
+    registry = data.get("registry")
+    if not isinstance(registry, str) or not registry or "/" not in registry:
+        errors.append(ConfigError("registry must be HOST[:PORT]/REPOSITORY", location=where("registry"),
+                                  rule="site-registry", hint="for example 127.0.0.1:5000/xla-images"))
+    ca_setting = data.get("ca_bundle")
+    if ca_setting is None:
+        ca_setting = "none"
+    if not isinstance(ca_setting, str):
+        errors.append(ConfigError("ca_bundle must be a path, `auto` or `none`", location=where("ca_bundle"),
+                                  rule="site-ca-bundle"))
+    bases = data.get("bases")
+    if not isinstance(bases, dict) or not all(isinstance(v, str) and v for v in bases.values()):
+        errors.append(ConfigError("bases maps a python version to an image reference",
+                                  location=where("bases"), rule="site-bases"))
+        bases = {}
+    rules = _wheel_sources(data.get("wheel_sources"), where, errors)
+    if errors:
+        raise ErrorList(errors) if len(errors) > 1 else errors[0]
+    return Site(
+        registry=str(registry),
+        ca_bundle_setting=str(ca_setting),
+        bases={str(k): str(v) for k, v in bases.items()},
+        wheel_sources=tuple(rules),
+        root=root,
+    )
+
+
+def _wheel_sources(value: Any, where, errors: list[XlaImagesError]) -> list[WheelSourceRule]:
+    if not isinstance(value, list):
+        errors.append(ConfigError("wheel_sources must be a list", location=where("wheel_sources"),
+                                  rule="site-wheel-sources"))
+        return []
+    rules = []
+    for index, entry in enumerate(value):
+        loc = where("wheel_sources", index)
+        if not isinstance(entry, dict):
+            errors.append(ConfigError("each wheel source is a mapping", location=loc, rule="site-wheel-sources"))
+            continue
+        unknown = set(entry) - SOURCE_KEYS
+        if unknown:
+            errors.append(ConfigError(f"unknown wheel source key(s): {', '.join(sorted(unknown))}", location=loc,
+                                      rule="site-unknown-key", hint=f"known keys: {', '.join(sorted(SOURCE_KEYS))}"))
+            continue
+        rule = _wheel_source_rule(entry, str(loc), errors)
+        if rule is not None:
+            rules.append(rule)
+    return rules
+
+
+def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesError]) -> WheelSourceRule | None:
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        errors.append(ConfigError("a wheel source needs a `name`", location=loc, rule="site-wheel-sources"))
+        return None
+    match = entry.get("match") or {}
+    if not isinstance(match, dict) or set(match) - MATCH_KEYS:
+        errors.append(ConfigError("`match` takes torch_xla (a specifier) and abi", location=loc,
+                                  rule="site-wheel-sources"))
+        return None
+    try:
+        specifier = SpecifierSet(str(match.get("torch_xla", "")))
+    except InvalidSpecifier:
+        errors.append(ConfigError(f"bad torch_xla specifier {match.get('torch_xla')!r}", location=loc,
+                                  rule="site-wheel-sources", hint='for example ">=2.7" or "==2.6.*"'))
+        return None
+    abi = match.get("abi")
+    if abi is not None and abi not in {a.value for a in Abi}:
+        errors.append(ConfigError(f"unknown abi {abi!r}", location=loc, rule="site-wheel-sources",
+                                  hint="use cxx11 or pre-cxx11"))
+        return None
+    source = WheelSource(
+        name=name,
+        index_url=entry.get("index_url"),
+        extra_index_urls=tuple(_as_list(entry.get("extra_index_urls"))),
+        find_links=tuple(_as_list(entry.get("find_links"))),
+        wheelhouse=entry.get("wheelhouse"),
+        torch_local=str(entry.get("torch_local") or ""),
+        torch_xla_local=str(entry.get("torch_xla_local") or ""),
+    )
+    return WheelSourceRule(source, specifier, Abi(abi) if abi else None, loc)
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(item) for item in value]
