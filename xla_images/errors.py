@@ -76,4 +76,6 @@ class ErrorList(ConfigError):
         super().__init__(f"{len(errors)} error(s)")
 
     def render(self) -> str:
-        return "\n".join(error.render() for error in self.errors)
+        lines = [error.render() for error in self.errors]
+        lines.append(f"{len(self.errors)} errors; nothing was built")
+        return "\n".join(lines)

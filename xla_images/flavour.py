@@ -84,6 +84,11 @@ class WheelSource:
         }
 
 
+def default_base_image(python: str) -> str:
+    """The base a rendered Dockerfile names; sites override it per python (site.yaml `bases`)."""
+    return f"python:{python}-slim-bookworm"
+
+
 def minor(version: str) -> str:
     """`2.9.0` -> `2.9`."""
     return ".".join(version.split(".")[:2])

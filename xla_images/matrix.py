@@ -9,7 +9,6 @@ rendered or built. Rules, by id:
   torch-pin         torch's major.minor equals torch_xla's (upstream pins them together)
   libtpu-pin        a release with tpu flavours pins libtpu exactly
   abi-wheel-source  some wheel source serves the flavour's ABI (C++11 only from 2.7 unless one does)
-  base-image        every python built has a base image in the site settings
   exclude-matches   every exclude removes at least one flavour
   unique-tag        no two flavours share a tag, and no alias is another flavour's tag
 """
@@ -25,7 +24,7 @@ from packaging.version import Version
 
 from . import yamlsrc
 from .errors import ConfigError, ErrorList, Location, XlaImagesError
-from .flavour import Abi, Accelerator, Flavour, make_tag_prefix, abi_suffix, minor
+from .flavour import Abi, Accelerator, Flavour, abi_suffix, default_base_image, make_tag_prefix, minor
 from .site import Site
 
 SCHEMA_VERSION = 1
@@ -83,7 +82,8 @@ def expand(doc: yamlsrc.YamlDoc, site: Site) -> list[Flavour]:
     errors = _Collector(doc)
     data = doc.data
     if not isinstance(data, dict):
-        errors.error((), "the matrix must be a mapping with `releases`", "schema-type")
+        errors.error((), "the matrix must be a mapping with `releases`", "schema-type",
+                     "start from the matrix.yaml in the repository; see README 'Matrix reference'")
         errors.raise_if_any()
     _check_keys(errors, data, (), TOP_KEYS, "top level")
     _check_schema_version(errors, data)
@@ -129,7 +129,8 @@ def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pat
                   example: str) -> str | None:
     """A version as the user wrote it: unquoted `3.10` is read back from the raw text, not the float 3.1."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        errors.error(keys, f"{what} must be a version string like {example}", "schema-type")
+        errors.error(keys, f"{what} must be a version string like {example}", "schema-type",
+                     f'write it as a quoted string, e.g. "{example}"')
         return None
     text = errors.doc.text(keys) if isinstance(value, float) else None
     text = text or str(value)
@@ -142,7 +143,8 @@ def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pat
 
 def _str_field(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str | None:
     if not isinstance(value, str) or not value:
-        errors.error(keys, f"{what} must be a non-empty string", "schema-type")
+        errors.error(keys, f"{what} must be a non-empty string", "schema-type",
+                     "give the git tag or commit to build from, e.g. v2.9.0")
         return None
     return value
 
@@ -150,7 +152,8 @@ def _str_field(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str 
 def _enum_list(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, what: str) -> tuple:
     allowed = [member.value for member in enum_type]
     if not isinstance(value, list) or not value:
-        errors.error(keys, f"{what} must be a non-empty list of {', '.join(allowed)}", "schema-type")
+        errors.error(keys, f"{what} must be a non-empty list of {', '.join(allowed)}", "schema-type",
+                     f"for example [{allowed[0]}]")
         return ()
     result = []
     for index, item in enumerate(value):
@@ -172,7 +175,8 @@ def _enum_value(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, 
 
 def _python_list(errors: _Collector, keys: KeyPath, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
-        errors.error(keys, "pythons must be a non-empty list of versions like \"3.11\"", "schema-type")
+        errors.error(keys, "pythons must be a non-empty list of versions like \"3.11\"", "schema-type",
+                     'for example ["3.10", "3.11"]')
         return ()
     pythons = []
     for index, item in enumerate(value):
@@ -191,7 +195,7 @@ def _defaults(errors: _Collector, value: Any) -> dict[str, Any]:
         "latest_python": "3.11",
     }
     if not isinstance(value, dict):
-        errors.error(keys, "defaults must be a mapping", "schema-type")
+        errors.error(keys, "defaults must be a mapping", "schema-type", "for example defaults: {pythons: [\"3.11\"]}")
         return result
     _check_keys(errors, value, keys, DEFAULT_KEYS, "defaults")
     if "pythons" in value:
@@ -214,7 +218,8 @@ def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[
         errors.error((), "missing `releases`", "schema-missing", "declare at least one torch_xla release")
         return []
     if not isinstance(value, dict) or not value:
-        errors.error(("releases",), "releases must be a mapping of torch_xla version -> settings", "schema-type")
+        errors.error(("releases",), "releases must be a mapping of torch_xla version -> settings", "schema-type",
+                     'for example releases: {"2.9.0": {torch: "2.9.0", ...}}')
         return []
     releases = []
     for version, settings in value.items():
@@ -230,7 +235,8 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
         errors.error(keys, f"release key {version!r} is not a torch_xla version like 2.9.0", "version-format",
                      'quote it: "2.9.0"')
     if not isinstance(settings, dict):
-        errors.error(keys, "a release must be a mapping of settings", "schema-type")
+        errors.error(keys, "a release must be a mapping of settings", "schema-type",
+                     "give torch, pytorch_git_rev, xla_git_rev, python_support and libtpu under it")
         return None
     _check_keys(errors, settings, keys, RELEASE_KEYS, f"release {version}")
     for required in RELEASE_REQUIRED:
@@ -239,7 +245,8 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
                          f"add `{required}:` under releases.{version}")
     torch = _version_text(errors, keys + ("torch",), settings.get("torch", "0.0.0"), PACKAGE_VERSION, "torch",
                           "2.9.0")
-    support = _python_support(errors, keys + ("python_support",), settings.get("python_support", ""))
+    support = (_python_support(errors, keys + ("python_support",), settings["python_support"])
+               if "python_support" in settings else None)
     pythons = (_python_list(errors, keys + ("pythons",), settings["pythons"]) if "pythons" in settings
                else tuple(p for p in defaults["pythons"] if support is not None and support.contains(p + ".0")))
     accelerators = (_enum_list(errors, keys + ("accelerators",), settings["accelerators"], Accelerator,
@@ -254,6 +261,8 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
                                "0.0.21")
     revs = [_str_field(errors, keys + (name,), settings.get(name), name) if name in settings else None
             for name in ("pytorch_git_rev", "xla_git_rev")]
+    if len(errors.errors) > before:
+        return None  # rules below would only repeat what the schema errors already say
     _check_release_rules(errors, keys, version, torch, support, pythons, accelerators, libtpu, settings)
     if len(errors.errors) > before:
         return None
@@ -294,7 +303,8 @@ def _check_release_rules(errors: _Collector, keys: KeyPath, version: str, torch:
 
 def _excludes(errors: _Collector, value: Any) -> list[tuple[KeyPath, dict[str, str]]]:
     if not isinstance(value, list):
-        errors.error(("exclude",), "exclude must be a list of mappings", "schema-type")
+        errors.error(("exclude",), "exclude must be a list of mappings", "schema-type",
+                     'for example exclude: [{python: "3.9", accelerator: cpu}]')
         return []
     excludes = []
     for index, entry in enumerate(value):
@@ -359,11 +369,7 @@ def _flavour(errors: _Collector, release: Release, python: str, accelerator: Acc
                      f"entry with match {{torch_xla: \"=={release.torch_xla}\", abi: {abi.value}}} pointing at "
                      "wheels of that ABI (e.g. a wheelhouse filled by build-wheels.sh)")
         return None
-    base = site.bases.get(python)
-    if base is None:
-        errors.error(keys, f"no base image configured for python {python}", "base-image",
-                     f"add `bases: {{\"{python}\": IMAGE}}` to site.yaml or --set bases.{python}=IMAGE")
-        return None
+    base = site.bases.get(python) or default_base_image(python)
     return Flavour(
         torch_xla=release.torch_xla,
         torch=release.torch,

@@ -60,8 +60,10 @@ def load(path: Path, *, required: bool = True) -> YamlDoc:
 
 
 def loads(text: str, shown: str) -> YamlDoc:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        # The reader rejects control characters already in the constructor, so it belongs in the try.
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -73,10 +75,17 @@ def loads(text: str, shown: str) -> YamlDoc:
             rule="yaml-syntax",
             hint="check indentation and quoting on that line",
         ) from None
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position) + 1
+        raise ConfigError(
+            f"character {error.character!r} is not allowed in YAML", location=Location(shown, line),
+            rule="yaml-syntax", hint="remove control characters; save the file as UTF-8",
+        ) from None
     except yaml.YAMLError as error:
         raise ConfigError(f"YAML error: {error}", location=Location(shown), rule="yaml-syntax") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     doc = YamlDoc(shown, None)
     if node is None:
         doc.data = {}
@@ -94,7 +103,7 @@ def _convert(node: yaml.Node, keys: KeyPath, doc: YamlDoc, loader: yaml.SafeLoad
     doc.raw[keys] = node.value
     try:
         return loader.construct_object(node, deep=True)
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, ValueError, OverflowError) as error:  # e.g. a timestamp like 2024-13-45
         raise ConfigError(
             f"cannot read value: {error}", location=doc.loc(keys), rule="yaml-value"
         ) from None

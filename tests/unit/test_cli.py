@@ -1,0 +1,66 @@
+"""The CLI contract: list --json keys, exit codes, no tracebacks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_list_json_contract() -> None:
+    result = run("list", "--json")
+    assert result.returncode == 0, result.stderr
+    flavours = json.loads(result.stdout)
+    assert len(flavours) == 31
+    required = {"tag", "aliases", "torch_xla", "torch", "python", "abi", "accelerator", "libtpu", "id"}
+    for flavour in flavours:
+        assert required <= set(flavour)
+        assert flavour["abi"] in ("cxx11", "pre-cxx11")
+        assert flavour["accelerator"] in ("tpu", "cpu")
+        assert (flavour["libtpu"] is None) == (flavour["accelerator"] == "cpu")
+        assert flavour["id"].startswith("sha256:") and len(flavour["id"]) == 71
+    assert len({flavour["id"] for flavour in flavours}) == len(flavours)
+
+
+def test_list_filters() -> None:
+    result = run("list", "--json", "--abi", "cxx11", "--python", "3.11", "--torch-xla", "2.9")
+    assert [f["tag"] for f in json.loads(result.stdout)] == ["r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"]
+
+
+def test_ids_are_stable_across_runs() -> None:
+    first = json.loads(run("list", "--json").stdout)
+    second = json.loads(run("list", "--json").stdout)
+    assert [f["id"] for f in first] == [f["id"] for f in second]
+
+
+def test_bad_matrix_exit_code_2_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text("schema: 1\nreleases:\n  '2.9.0': {torch: '2.8.0'}\n")
+    result = run("validate", "--matrix", str(bad))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert f"{bad}:3: error [schema-missing]" in result.stderr
+
+
+def test_every_command_has_help() -> None:
+    top = run("--help")
+    assert top.returncode == 0
+    for command in ("list", "validate", "render", "lint", "lock", "build", "test", "push", "resolve", "abi", "ci",
+                    "doctor", "base", "bench", "pull", "wheels"):
+        result = run(command, "--help")
+        assert result.returncode == 0, (command, result.stderr)
+        assert len(result.stdout.splitlines()) > 3, command
+
+
+def test_set_override_changes_ids_only_where_it_matters() -> None:
+    base = {f["tag"]: f["id"] for f in json.loads(run("list", "--json").stdout)}
+    moved = {f["tag"]: f["id"] for f in json.loads(run("list", "--json", "--set", "bases.3.11=x/y:1").stdout)}
+    changed = {tag for tag in base if base[tag] != moved[tag]}
+    assert changed == {tag for tag in base if "_3.11_" in tag}

@@ -1,0 +1,250 @@
+"""matrix.yaml validation: one broken matrix per rule, the committed matrix's tags, and a fuzz."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from xla_images import yamlsrc
+from xla_images.errors import ConfigError, ErrorList, XlaImagesError
+from xla_images.flavour import Abi, Accelerator
+from xla_images.matrix import expand, load_flavours, select
+from xla_images.site import load_site
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+schema: 1
+defaults:
+  pythons: ["3.10", "3.11"]
+  accelerators: [tpu, cpu]
+releases:
+  "2.6.0":
+    torch: "2.6.0"
+    pytorch_git_rev: v2.6.0
+    xla_git_rev: v2.6.0
+    python_support: ">=3.9,<3.12"
+    default_abi: pre-cxx11
+    abis: [pre-cxx11, cxx11]
+    libtpu: "0.0.7.1"
+  "2.9.0":
+    torch: "2.9.0"
+    pytorch_git_rev: v2.9.1
+    xla_git_rev: v2.9.0
+    python_support: ">=3.10,<3.14"
+    libtpu: "0.0.21"
+"""
+
+
+def flavours_of(text: str, path: str = "m.yaml"):
+    return expand(yamlsrc.loads(textwrap.dedent(text), path), load_site(None))
+
+
+def errors_of(text: str) -> list[XlaImagesError]:
+    with pytest.raises(ConfigError) as caught:
+        flavours_of(text)
+    error = caught.value
+    return error.errors if isinstance(error, ErrorList) else [error]
+
+
+def only_error(text: str, rule: str) -> XlaImagesError:
+    errors = errors_of(text)
+    matching = [error for error in errors if error.rule == rule]
+    assert matching, f"no {rule} error among {[e.render() for e in errors]}"
+    return matching[0]
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(number for number, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_good_matrix_expands_axes() -> None:
+    flavours = flavours_of(GOOD)
+    tags = [flavour.tag for flavour in flavours]
+    assert tags == [
+        "r2.6.0_3.10_tpuvm", "r2.6.0_3.10_tpuvm_cxx11", "r2.6.0_3.10_cpu", "r2.6.0_3.10_cpu_cxx11",
+        "r2.6.0_3.11_tpuvm", "r2.6.0_3.11_tpuvm_cxx11", "r2.6.0_3.11_cpu", "r2.6.0_3.11_cpu_cxx11",
+        "r2.9.0_3.10_tpuvm", "r2.9.0_3.10_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu",
+    ]
+    latest = [flavour for flavour in flavours if "latest" in flavour.aliases]
+    assert [flavour.tag for flavour in latest] == ["r2.9.0_3.11_tpuvm"]
+
+
+def test_unquoted_python_versions_keep_their_text() -> None:
+    flavours = flavours_of(GOOD.replace('pythons: ["3.10", "3.11"]', "pythons: [3.10, 3.11]"))
+    assert {flavour.python for flavour in flavours} == {"3.10", "3.11"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "rule", "needle"),
+    [
+        ("schema: 1", "schema: 2", "schema-version", "schema: 2"),
+        ("schema: 1\n", "", "schema-missing", None),
+        ("  accelerators: [tpu, cpu]", "  acelerators: [tpu, cpu]", "schema-unknown-key", "acelerators"),
+        ('    torch: "2.9.0"', '    torch: "2.8.0"', "torch-pin", 'torch: "2.8.0"'),
+        ('    torch: "2.9.0"', "    torch: [2]", "schema-type", "torch: [2]"),
+        ('    torch: "2.9.0"\n', "", "schema-missing", '"2.9.0":'),
+        ('  "2.9.0":', '  "2.9":', "version-format", '"2.9":'),
+        ('    libtpu: "0.0.21"', '    libtpu: "latest"', "version-format", 'libtpu: "latest"'),
+        ('    libtpu: "0.0.21"\n', "", "libtpu-pin", '"2.9.0":'),
+        ("    abis: [pre-cxx11, cxx11]", "    abis: [pre-cxx11, cxx12]", "schema-type", "cxx12"),
+        ('    python_support: ">=3.9,<3.12"', '    python_support: "3.9+"', "schema-type", "3.9+"),
+        ('    python_support: ">=3.10,<3.14"', '    python_support: ">=3.12"', "python-supported", '"2.9.0":'),
+        ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    abis: [pre-cxx11]', "abi-wheel-source",
+         "abis: [pre-cxx11]"),
+    ],
+)
+def test_each_rule_names_file_line_and_fix(old: str, new: str, rule: str, needle: str | None) -> None:
+    assert old in GOOD
+    text = GOOD.replace(old, new, 1)
+    error = only_error(text, rule)
+    rendered = error.render()
+    assert rendered.startswith("m.yaml"), rendered
+    assert f"[{rule}]" in rendered
+    assert error.hint, "every error says how to fix it"
+    if needle is not None:
+        assert error.location.line == line_of(text, needle), rendered
+
+
+def test_python_outside_release_support_is_rejected() -> None:
+    text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    pythons: ["3.9"]')
+    error = only_error(text, "python-supported")
+    assert "3.9" in error.message and error.location.line == line_of(text, 'pythons: ["3.9"]')
+
+
+def test_pre_cxx11_after_2_7_is_allowed_when_a_source_serves_it() -> None:
+    text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    abis: [cxx11, pre-cxx11]')
+    site = load_site(None, ("wheel_sources=[{name: precxx11-mirror, match: {abi: pre-cxx11},"
+                            " find_links: /srv/wheels}, {name: index, match: {}}]",))
+    flavours = expand(yamlsrc.loads(text, "m.yaml"), site)
+    pre = [f for f in flavours if f.torch_xla == "2.9.0" and f.abi is Abi.PRE_CXX11]
+    assert pre and all(f.tag.endswith("_precxx11") for f in pre)
+    assert all(f.wheel_local_version == "+precxx11" for f in pre)
+    assert pre[0].wheel_source.name == "precxx11-mirror"
+
+
+def test_exclude_that_matches_nothing_is_an_error() -> None:
+    text = GOOD + 'exclude:\n  - {torch_xla: "2.9", python: "3.11"}\n'
+    error = only_error(text, "exclude-matches")
+    assert error.location.line == line_of(text, '{torch_xla: "2.9"')
+
+
+def test_exclude_removes_flavours() -> None:
+    text = GOOD + 'exclude:\n  - {python: "3.10", accelerator: cpu}\n'
+    flavours = flavours_of(text)
+    assert not [f for f in flavours if f.python == "3.10" and f.accelerator is Accelerator.CPU]
+    assert len(flavours) == 9
+
+
+def test_duplicate_tag_is_an_error() -> None:
+    # Two releases of one minor with the same patch cannot exist as YAML keys, but a python listed twice can.
+    text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    pythons: ["3.11", "3.11"]')
+    error = only_error(text, "unique-tag")
+    assert "r2.9.0_3.11_tpuvm" in error.message
+
+
+def test_yaml_syntax_error_has_a_line() -> None:
+    error = only_error('schema: 1\nreleases:\n  "2.9.0": [\n    torch: 1\n', "yaml-syntax")
+    assert error.location.line is not None
+
+
+def test_duplicate_key_is_an_error() -> None:
+    text = GOOD.replace('    pytorch_git_rev: v2.9.1', '    pytorch_git_rev: v2.9.1\n    pytorch_git_rev: v2.9.0')
+    error = only_error(text, "yaml-duplicate-key")
+    assert error.location.line == line_of(text, "pytorch_git_rev: v2.9.0")
+
+
+def test_all_errors_reported_in_one_pass() -> None:
+    text = GOOD.replace('    torch: "2.9.0"', '    torch: "2.8.0"').replace("schema: 1", "schema: 1\nextra: 1")
+    rules = {error.rule for error in errors_of(text)}
+    assert {"torch-pin", "schema-unknown-key"} <= rules
+
+
+# --- the committed matrix -----------------------------------------------------------------------------------
+
+COMMITTED_TAGS = {
+    "r2.6.0_3.9_tpuvm", "r2.6.0_3.9_tpuvm_cxx11",
+    "r2.6.0_3.10_tpuvm", "r2.6.0_3.10_tpuvm_cxx11", "r2.6.0_3.10_cpu", "r2.6.0_3.10_cpu_cxx11",
+    "r2.6.0_3.11_tpuvm", "r2.6.0_3.11_tpuvm_cxx11", "r2.6.0_3.11_cpu", "r2.6.0_3.11_cpu_cxx11",
+    "r2.7.0_3.9_tpuvm", "r2.7.0_3.10_tpuvm", "r2.7.0_3.10_cpu", "r2.7.0_3.11_tpuvm", "r2.7.0_3.11_cpu",
+    "r2.8.1_3.10_tpuvm", "r2.8.1_3.10_cpu", "r2.8.1_3.11_tpuvm", "r2.8.1_3.11_cpu",
+    "r2.8.1_3.12_tpuvm", "r2.8.1_3.12_cpu", "r2.8.1_3.13_tpuvm", "r2.8.1_3.13_cpu",
+    "r2.9.0_3.10_tpuvm", "r2.9.0_3.10_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu",
+    "r2.9.0_3.12_tpuvm", "r2.9.0_3.12_cpu", "r2.9.0_3.13_tpuvm", "r2.9.0_3.13_cpu",
+}
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return load_flavours(ROOT / "matrix.yaml", load_site(None))
+
+
+def test_committed_matrix_tags(committed) -> None:
+    assert {flavour.tag for flavour in committed} == COMMITTED_TAGS
+
+
+def test_committed_matrix_facts(committed) -> None:
+    by_tag = {flavour.tag: flavour for flavour in committed}
+    pre = by_tag["r2.6.0_3.11_tpuvm"]
+    assert (pre.abi, pre.torch, pre.libtpu, pre.wheel_local_version) == (Abi.PRE_CXX11, "2.6.0", "0.0.7.1", "")
+    cxx = by_tag["r2.6.0_3.11_tpuvm_cxx11"]
+    assert (cxx.abi, cxx.wheel_local_version, cxx.abi.glibcxx_use_cxx11_abi) == (Abi.CXX11, "+cxx11", 1)
+    assert by_tag["r2.8.1_3.12_cpu"].torch == "2.8.0" and by_tag["r2.8.1_3.12_cpu"].libtpu is None
+    assert by_tag["r2.9.0_3.11_tpuvm"].aliases == ("r2.9_3.11_tpuvm", "latest")
+    assert by_tag["r2.9.0_3.11_cpu"].aliases == ("r2.9_3.11_cpu", "latest_cpu")
+    assert by_tag["r2.9.0_3.11_tpuvm"].env["PJRT_DEVICE"] == "TPU"
+    assert by_tag["r2.9.0_3.11_cpu"].env["PJRT_DEVICE"] == "CPU"
+    assert by_tag["r2.9.0_3.11_tpuvm"].requirements == ("torch==2.9.0", "torch_xla==2.9.0", "libtpu==0.0.21")
+    assert by_tag["r2.6.0_3.11_cpu_cxx11"].requirements == ("torch==2.6.0+cxx11", "torch_xla==2.6.0+cxx11")
+
+
+def test_select_by_alias_and_filters(committed) -> None:
+    assert [f.tag for f in select(committed, ("latest",))] == ["r2.9.0_3.11_tpuvm"]
+    chosen = select(committed, (), abi="cxx11", python="3.11", torch_xla="2.9")
+    assert [f.tag for f in chosen] == ["r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"]
+    with pytest.raises(ConfigError, match="unknown flavour"):
+        select(committed, ("r9.9.9_3.11_tpuvm",))
+
+
+# --- fuzz: whatever the input, an error and never a traceback ------------------------------------------------
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                      max_leaves=10)
+known_keys = st.sampled_from(["schema", "defaults", "releases", "exclude", "torch", "pythons", "abis", "libtpu",
+                              "python_support", "accelerators", "default_abi", "2.9.0", "3.11"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.one_of(known_keys, st.text(max_size=5)), values, max_size=5))
+def test_fuzz_structures_give_errors_not_tracebacks(data) -> None:
+    import yaml
+
+    text = yaml.safe_dump(data)
+    try:
+        flavours_of(text)
+    except ConfigError as error:
+        assert error.render()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_fuzz_text_gives_errors_not_tracebacks(text: str) -> None:
+    try:
+        flavours_of(text)
+    except ConfigError as error:
+        assert error.render()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=len(GOOD) - 1), st.text(max_size=6))
+def test_fuzz_mutations_of_a_good_matrix(position: int, insertion: str) -> None:
+    text = GOOD[:position] + insertion + GOOD[position:]
+    try:
+        flavours_of(text)
+    except ConfigError as error:
+        assert error.render()

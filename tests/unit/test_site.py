@@ -1,0 +1,69 @@
+"""Site settings: defaults, site.yaml, --set overrides, and their errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xla_images.errors import ConfigError
+from xla_images.flavour import Abi
+from xla_images.site import load_site, parse_override
+
+
+def test_defaults_use_the_default_index_for_published_abis() -> None:
+    site = load_site(None)
+    assert site.wheel_source_for("2.6.0", Abi.PRE_CXX11).source.uses_default_index
+    assert site.wheel_source_for("2.9.0", Abi.CXX11).source.uses_default_index
+    assert site.wheel_source_for("2.9.0", Abi.PRE_CXX11) is None
+    assert site.wheel_source_for("2.6.0", Abi.CXX11).source.wheelhouse == "wheelhouse/built"
+
+
+def test_site_file_overrides_and_keeps_lines(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("registry: registry.example:5000/team/xla\nbases:\n  \"3.11\": xla-images/base:3.11\n")
+    site = load_site(site_file)
+    assert site.registry == "registry.example:5000/team/xla"
+    assert site.bases == {"3.11": "xla-images/base:3.11"}
+    assert site.root == tmp_path
+
+
+def test_unknown_site_key_names_file_and_line(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("registry: r:5000/x\nregistery: oops\n")
+    with pytest.raises(ConfigError) as caught:
+        load_site(site_file)
+    assert str(caught.value.location) == f"{site_file}:2"
+    assert caught.value.rule == "site-unknown-key"
+
+
+def test_set_overrides_win_and_keep_version_keys() -> None:
+    site = load_site(None, ("registry=127.0.0.1:5001/other", "bases.3.11=xla-images/base:3.11"))
+    assert site.registry == "127.0.0.1:5001/other"
+    assert site.bases["3.11"] == "xla-images/base:3.11"
+    assert parse_override("ca_bundle=none") == (("ca_bundle",), "none")
+
+
+@pytest.mark.parametrize("override", ["registry", "=x", "colour=blue", "registry=no-slash"])
+def test_bad_overrides_are_config_errors(override: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_site(None, (override,))
+    assert caught.value.exit_code == 2
+
+
+def test_ca_bundle_auto_follows_pip_cert(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bundle = tmp_path / "corp.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    assert load_site(None).ca_bundle() is None
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    assert load_site(None).ca_bundle() == bundle
+    assert load_site(None, ("ca_bundle=none",)).ca_bundle() is None
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_site(None, (f"ca_bundle={tmp_path / 'missing.pem'}",)).ca_bundle()
+
+
+def test_bad_wheel_source_specifier() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_site(None, ("wheel_sources=[{name: x, match: {torch_xla: 'two point nine'}}]",))
+    assert caught.value.rule == "site-wheel-sources"

@@ -1,0 +1,1056 @@
+"""Read the libstdc++ dual ABI of torch / torch_xla binaries and predict `undefined symbol` import failures.
+
+Users meet ABI trouble as `ImportError: ... undefined symbol: _ZN5torch4lazy13MetricFnValueB5cxx11E...` when
+torch_xla, a custom extension or a plugin was compiled with the other `_GLIBCXX_USE_CXX11_ABI` than the torch
+beside it. Two questions answer it, both from the ELF dynamic symbol tables alone (nothing is imported or run):
+
+* ``inspect``: which ABI does each shared object of a wheel, a directory or an image use, and which GLIBC /
+  GLIBCXX versions does it need?  (`inspect_path`, `inspect_image`, `classify_shared_object`)
+* ``check``: do the undefined C++ symbols of torch_xla's ``_XLAC*.so`` and of every other extension linking torch
+  resolve against what the torch libraries export?  (`check_site_packages`, `check_image`)
+
+How a symbol shows its ABI (Itanium mangling as GCC emits it):
+
+* cxx11: the namespace ``std::__cxx11`` (``NSt7__cxx11...``) or the ``[abi:cxx11]`` tag (``B5cxx11``) that GCC
+  adds to names whose return or variable type is a C++11 string/list.
+* pre-cxx11: ``std::string`` spelt ``Ss``, ``std::basic_string`` spelt ``Sb``, or ``std::list`` and the
+  string-stream classes directly under ``St`` (old ABI), e.g. undefined references to ``_ZNSs...``.
+
+STANDALONE USE. This module imports only the standard library and pyelftools at top level, so the wheel build
+script can copy this one file into a build container and run ``python abi.py inspect|check PATH [--json]``
+(or ``python -m xla_images.abi ...`` where the package is installed). Other xla_images modules (errors, engine)
+are imported lazily inside the functions that need them; without them usage errors are `AbiUsageError` and
+the exit codes stay the same: 0 fine, 1 ABI/version mismatch, 2 usage error. Keep it one file for that reason.
+
+The ABI names ("cxx11", "pre-cxx11") are the values of `xla_images.flavour.Abi`; this module cannot import it.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Iterable, Iterator, Sequence
+
+from elftools.elf.elffile import ELFFile
+
+CXX11 = "cxx11"
+PRE_CXX11 = "pre-cxx11"
+NO_STRINGS = "none"
+MIXED = "mixed"
+
+COMPATIBLE = "compatible"
+ABI_MISMATCH = "abi mismatch"
+VERSION_MISMATCH = "version mismatch"
+
+# Where images keep the python packages, searched in this order without running anything in the image.
+SITE_PACKAGES_GLOBS: tuple[str, ...] = (
+    "/opt/venv/lib/python3.*/site-packages",
+    "/usr/local/lib/python3.*/site-packages",
+    "/usr/lib/python3/dist-packages",
+)
+
+# Undefined symbols naming these namespaces must come from torch; anything else may come from system libraries.
+TORCH_NAMESPACES: tuple[str, ...] = ("torch", "c10", "at", "caffe2")
+
+# Members bigger than this are unpacked to a temporary file instead of memory when reading a wheel.
+IN_MEMORY_LIMIT = 1 << 30
+
+ELF_MAGIC = b"\x7fELF"
+_SHARED_OBJECT_NAME = re.compile(r"\.so(?:\.[0-9]+)*$")
+
+# Toolchain runtimes that wheels bundle (auditwheel renames them lib<name>-<hash>.so.N). libstdc++ deliberately
+# exports BOTH ABIs (that is how the dual ABI works), so its symbols say nothing about how the package's own code
+# was compiled: it is reported (usually as 'mixed') but never decides the package verdict.
+_BUNDLED_RUNTIME = re.compile(r"^lib(?:stdc\+\+|gcc_s|gomp|atomic|quadmath|gfortran)(?:-[0-9a-f]+)?\.so")
+
+_WHEEL_FILENAME = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>[0-9][^-]*))?-(?P<python>[^-]+)-(?P<abi>[^-]+)"
+    r"-(?P<platform>[^-]+)\.whl$"
+)
+_GLIBC_IN_TAG = re.compile(r"^manylinux_([0-9]+)_([0-9]+)_")
+_LEGACY_MANYLINUX_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+class AbiUsageError(ValueError):
+    """Bad input when xla_images.errors is not importable (standalone use). Exit code 2."""
+
+    exit_code = 2
+
+
+def _usage_error(message: str, hint: str | None = None) -> Exception:
+    """A ConfigError when running inside xla_images, else a plain AbiUsageError with the same text."""
+    try:
+        from xla_images.errors import ConfigError
+    except ImportError:
+        return AbiUsageError(message if hint is None else f"{message}\n  hint: {hint}")
+    return ConfigError(message, rule="abi-input", hint=hint)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading the dynamic symbol table
+# --------------------------------------------------------------------------------------------------------------
+
+_SHN_UNDEF = 0
+_STB_LOCAL, _STB_WEAK = 0, 2
+_STV_DEFAULT, _STV_PROTECTED = 0, 3
+_VERSYM_HIDDEN = 0x8000
+
+
+@dataclass(frozen=True)
+class UndefinedSymbol:
+    """A symbol an object expects another library to provide."""
+
+    name: str
+    weak: bool
+    # Set when the reference is bound to a versioned library (libstdc++.so.6 GLIBCXX_3.4.21, libc.so.6 ...).
+    version_file: str | None = None
+    version: str | None = None
+
+
+@dataclass
+class ElfDynamic:
+    """What the dynamic linker sees of one shared object."""
+
+    defined: set[str] = field(default_factory=set)
+    undefined: list[UndefinedSymbol] = field(default_factory=list)
+    needed: tuple[str, ...] = ()
+    search_path: tuple[str, ...] = ()  # DT_RUNPATH, else DT_RPATH, split on ':'
+    soname: str | None = None
+    version_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
+    """Parse dynsym, versions and DT_NEEDED of an ELF stream.
+
+    pyelftools locates and decodes the sections; the symbol entries themselves are unpacked with `struct`
+    because pyelftools' per-symbol objects cost ~55 us each and torch libraries export hundreds of thousands.
+    """
+    elf = ELFFile(stream)
+    sections = {section["sh_type"]: section for section in elf.iter_sections()}
+    info = ElfDynamic()
+    dynamic = sections.get("SHT_DYNAMIC")
+    if dynamic is not None:
+        _read_dynamic_tags(dynamic, info)
+    version_index = _read_version_needs(sections.get("SHT_GNU_verneed"), info)
+    dynsym = sections.get("SHT_DYNSYM")
+    if dynsym is None:
+        return info  # a static or sstripped object: nothing the dynamic linker would resolve by name
+    strings = elf.get_section(dynsym["sh_link"]).data()
+    versym = _read_versym(sections.get("SHT_GNU_versym"), elf.little_endian)
+    _read_symbols(dynsym.data(), strings, versym, version_index, elf, info)
+    return info
+
+
+def _read_dynamic_tags(dynamic, info: ElfDynamic) -> None:
+    needed: list[str] = []
+    runpath: list[str] = []
+    rpath: list[str] = []
+    for tag in dynamic.iter_tags():
+        kind = tag.entry.d_tag
+        if kind == "DT_NEEDED":
+            needed.append(tag.needed)
+        elif kind == "DT_RUNPATH":
+            runpath.extend(tag.runpath.split(":"))
+        elif kind == "DT_RPATH":
+            rpath.extend(tag.rpath.split(":"))
+        elif kind == "DT_SONAME":
+            info.soname = tag.soname
+    info.needed = tuple(needed)
+    # The loader ignores DT_RPATH when DT_RUNPATH is present.
+    info.search_path = tuple(entry for entry in (runpath or rpath) if entry)
+
+
+def _read_version_needs(verneed, info: ElfDynamic) -> dict[int, tuple[str, str]]:
+    """Map version index -> (library file, version name) and record every version each library must offer."""
+    index: dict[int, tuple[str, str]] = {}
+    if verneed is None:
+        return index
+    needs: dict[str, list[str]] = {}
+    for entry, auxiliaries in verneed.iter_versions():
+        for aux in auxiliaries:
+            index[aux["vna_other"]] = (entry.name, aux.name)
+            needs.setdefault(entry.name, []).append(aux.name)
+    info.version_needs = {name: tuple(versions) for name, versions in needs.items()}
+    return index
+
+
+def _read_versym(versym, little_endian: bool) -> Sequence[int] | None:
+    if versym is None:
+        return None
+    data = versym.data()
+    return struct.unpack(f"{'<' if little_endian else '>'}{len(data) // 2}H", data)
+
+
+def _read_symbols(data: bytes, strings: bytes, versym: Sequence[int] | None,
+                  version_index: dict[int, tuple[str, str]], elf: ELFFile, info: ElfDynamic) -> None:
+    endian = "<" if elf.little_endian else ">"
+    if elf.elfclass == 64:
+        layout, name_at, info_at, other_at, shndx_at = f"{endian}IBBHQQ", 0, 1, 2, 3
+    else:
+        layout, name_at, info_at, other_at, shndx_at = f"{endian}IIIBBH", 0, 3, 4, 5
+    size = struct.calcsize(layout)
+    usable = len(data) - len(data) % size
+    for position, entry in enumerate(struct.iter_unpack(layout, data[:usable])):
+        name_offset, st_info = entry[name_at], entry[info_at]
+        binding = st_info >> 4
+        if position == 0 or name_offset == 0 or binding == _STB_LOCAL:
+            continue
+        name = strings[name_offset:strings.find(b"\0", name_offset)].decode("latin-1")
+        if entry[shndx_at] == _SHN_UNDEF:
+            version = version_index.get(versym[position] & ~_VERSYM_HIDDEN) if versym is not None else None
+            info.undefined.append(UndefinedSymbol(name, binding == _STB_WEAK, *(version or (None, None))))
+        elif entry[other_at] & 3 in (_STV_DEFAULT, _STV_PROTECTED):
+            info.defined.add(name)
+
+
+def is_elf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == ELF_MAGIC
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Which ABI does a mangled name use?
+# --------------------------------------------------------------------------------------------------------------
+
+# Cheap pre-filters: most symbols match neither, and only old-ABI hints need the careful scan below because
+# `Ss`/`Sb` also occur inside ordinary identifiers (`isSslEnabled`).
+_OLD_ABI_HINT = re.compile(
+    r"S[sb]|St(?:4list|10_List_base|12basic_string|15basic_stringbuf|18basic_stringstream|19basic_[io]stringstream)"
+)
+_NEW_ABI_HINT = re.compile(r"7__cxx11|B5cxx11")
+# Classes the dual ABI duplicated: without `__cxx11` right under `std` they are the old ones.
+_OLD_ABI_STD_CLASSES = frozenset({
+    "list", "_List_base", "basic_string", "basic_stringbuf", "basic_stringstream", "basic_istringstream",
+    "basic_ostringstream",
+})
+_SUBSTITUTION = re.compile(r"S[0-9A-Z]*_")
+_LAMBDA_END = re.compile(r"E[0-9]*_")
+# Productions in which digits are NOT the length of a following identifier.
+_NON_NAME = re.compile(r"""
+      T_ | T[0-9]+_ | TL[0-9]*__[0-9]*_                  # template parameters
+    | Thn?[0-9]+_ | Tvn?[0-9]+_n?[0-9]+_                 # thunk offsets
+    | Tc(?:hn?[0-9]+_|vn?[0-9]+_n?[0-9]+_){2}
+    | T[A-Za-z] | G[VRT]                                 # special names: TV TI TS TT ... guard variables
+    | L_Z | L(?:[a-z]|D[a-zA-Z])n?[0-9a-fA-F.]*E          # literals: Li5E, Lb1E, external names
+    | A[0-9]*_                                           # array bounds
+    | _[0-9] | __[0-9]+_                                 # discriminators
+    | CI?[1-5] | D[0-5]                                  # constructors, destructors
+    | D[vFBU][0-9]+_?                                    # vectors, _FloatN, _BitInt
+    | Ut[0-9]*_                                          # unnamed types
+    | fp[rVK]*[0-9]*_ | fL[0-9]+p[rVK]*[0-9]*_           # function parameter references
+""", re.VERBOSE)
+
+
+def symbol_abi(name: str) -> tuple[bool, bool]:
+    """(uses the C++11 ABI, uses the pre-C++11 ABI) for one symbol name; both False when it shows neither."""
+    if not name.startswith("_Z"):
+        return False, False
+    if _OLD_ABI_HINT.search(name) is None:
+        return _NEW_ABI_HINT.search(name) is not None, False
+    return _scan_mangled(name)
+
+
+def _scan_mangled(name: str) -> tuple[bool, bool]:
+    """Walk a mangled name token by token, skipping identifiers, and note the ABI markers it carries.
+
+    Not a demangler: it only needs to know where identifiers start and end (`<length><chars>`) so that letters
+    inside them are never read as grammar, and to recognise the std abbreviations and abi tags.
+    """
+    new = old = False
+    position, end = 2, len(name)
+    after_std = after_tag = False
+    lambdas = 0
+    while position < end:
+        char = name[position]
+        if char.isdigit():
+            start = position
+            while position < end and name[position].isdigit():
+                position += 1
+            length = int(name[start:position])
+            if 0 < length <= end - position:
+                identifier = name[position:position + length]
+                if identifier == "__cxx11" or (after_tag and identifier == "cxx11"):
+                    new = True
+                elif after_std and identifier in _OLD_ABI_STD_CLASSES:
+                    old = True
+                position += length
+            after_std = after_tag = False
+            continue
+        next_after_std = next_after_tag = False
+        following = name[position + 1] if position + 1 < end else ""
+        if char == "S" and following in ("s", "b"):
+            old = True
+            position += 2
+        elif char == "S" and following == "t":
+            position += 2
+            next_after_std = True
+        elif char == "S" and following in ("a", "i", "o", "d"):
+            position += 2
+        elif char == "S":
+            match = _SUBSTITUTION.match(name, position)
+            position = match.end() if match else position + 1
+        elif char == "B" and following.isdigit():
+            position += 1
+            next_after_tag = True
+        elif char == "U" and following == "l":
+            lambdas += 1
+            position += 2
+        elif char == "E" and lambdas and (match := _LAMBDA_END.match(name, position)):
+            lambdas -= 1
+            position = match.end()
+        elif char == ".":
+            break  # clone suffixes (.isra.0, .cold) carry no ABI
+        else:
+            match = _NON_NAME.match(name, position)
+            position = match.end() if match else position + 1
+        after_std, after_tag = next_after_std, next_after_tag
+    return new, old
+
+
+# The C++11 std::string spelt out; the parts may be back-references when they appeared earlier in the name.
+_CXX11_STRING = re.compile(
+    r"NSt7__cxx1112basic_stringIc(?:St11char_traitsIcE|S[0-9A-Z]*_)(?:SaIcE|S[0-9A-Z]*_)EE"
+)
+# After rewriting, what differs between the two manglings is only back-reference numbering (the C++11 spelling
+# adds substitution candidates) and whether char_traits/allocator were spelt or referenced, so all collapse.
+_COLLAPSE = re.compile(r"SaIcE|St11char_traitsIcE|Ss|S[0-9A-Z]*_")
+
+
+def abi_neutral_key(name: str) -> str:
+    """A key equal for a symbol and its twin under the other ABI.
+
+    Rewrites `NSt7__cxx1112basic_string<char...>` to `Ss`, drops `__cxx11` namespaces and `[abi:cxx11]` tags,
+    then collapses back-references. Lossy on purpose: it is only used to find, for a symbol that is missing, an
+    exported symbol that differs from it by ABI, and `find_twin` additionally requires the ABI markers to differ.
+    """
+    key = _CXX11_STRING.sub("Ss", name)
+    key = key.replace("7__cxx11", "").replace("B5cxx11", "")
+    return _COLLAPSE.sub("S_", key)
+
+
+_TORCH_NAMESPACE = re.compile(r"N[rVKRO]*(?:5torch|3c10|2at|6caffe2)")
+
+
+def names_torch_namespace(name: str) -> bool:
+    """Does the mangled name mention torch::, c10::, at:: or caffe2:: (as itself or in its arguments)?"""
+    return _TORCH_NAMESPACE.search(name) is not None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# inspect
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SharedObjectReport:
+    """The ABI of one shared object and the newest GLIBC / GLIBCXX symbol versions it needs."""
+
+    path: str
+    abi: str
+    glibc: str | None
+    glibcxx: str | None
+    cxx11_symbols: int
+    pre_cxx11_symbols: int
+    bundled_runtime: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path, "abi": self.abi, "glibc": self.glibc, "glibcxx": self.glibcxx,
+            "cxx11_symbols": self.cxx11_symbols, "pre_cxx11_symbols": self.pre_cxx11_symbols,
+            "bundled_runtime": self.bundled_runtime,
+        }
+
+
+@dataclass(frozen=True)
+class PackageReport:
+    """A wheel, directory or image site-packages: its ABI, platform tag and a one-line verdict."""
+
+    path: str
+    kind: str  # "wheel" | "directory" | "image" | "file"
+    abi: str
+    platform_tag: str | None
+    verdict: str
+    shared_objects: tuple[SharedObjectReport, ...]
+    glibc: str | None = None
+    glibcxx: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path, "kind": self.kind, "abi": self.abi, "platform_tag": self.platform_tag,
+            "verdict": self.verdict, "glibc": self.glibc, "glibcxx": self.glibcxx,
+            "shared_objects": [report.to_json() for report in self.shared_objects],
+        }
+
+
+def classify_dynamic(info: ElfDynamic, path: str) -> SharedObjectReport:
+    cxx11 = pre_cxx11 = 0
+    for name in _all_names(info):
+        new, old = symbol_abi(name)
+        cxx11 += new
+        pre_cxx11 += old
+    versions = [version for names in info.version_needs.values() for version in names]
+    return SharedObjectReport(
+        path=path,
+        abi=_abi_from_counts(cxx11, pre_cxx11),
+        glibc=_newest_version(versions, "GLIBC_"),
+        glibcxx=_newest_version(versions, "GLIBCXX_"),
+        cxx11_symbols=cxx11,
+        pre_cxx11_symbols=pre_cxx11,
+        bundled_runtime=_BUNDLED_RUNTIME.match(os.path.basename(path)) is not None,
+    )
+
+
+def classify_shared_object(path: Path | str) -> SharedObjectReport:
+    """Classify one ELF shared object on disk."""
+    path = Path(path)
+    if not is_elf(path):
+        raise _usage_error(f"{path} is not an ELF shared object", hint="pass a .so file, a wheel or a directory")
+    with open(path, "rb") as handle:
+        return classify_dynamic(read_elf_dynamic(handle), str(path))
+
+
+def _all_names(info: ElfDynamic) -> Iterator[str]:
+    yield from info.defined
+    for symbol in info.undefined:
+        yield symbol.name
+
+
+def _abi_from_counts(cxx11: int, pre_cxx11: int) -> str:
+    if cxx11 and pre_cxx11:
+        return MIXED
+    if cxx11:
+        return CXX11
+    return PRE_CXX11 if pre_cxx11 else NO_STRINGS
+
+
+def _newest_version(versions: Iterable[str], prefix: str) -> str | None:
+    best: tuple[int, ...] | None = None
+    for version in versions:
+        rest = version[len(prefix):] if version.startswith(prefix) else ""
+        if re.fullmatch(r"[0-9]+(?:\.[0-9]+)*", rest):
+            number = tuple(int(part) for part in rest.split("."))
+            best = number if best is None or number > best else best
+    return None if best is None else ".".join(str(part) for part in best)
+
+
+def package_abi(reports: Iterable[SharedObjectReport]) -> str:
+    """cxx11 if every string-using object is cxx11, pre-cxx11 likewise, none if none uses strings, else mixed.
+
+    Bundled toolchain runtimes are left out: see _BUNDLED_RUNTIME.
+    """
+    kinds = {report.abi for report in reports if not report.bundled_runtime and report.abi != NO_STRINGS}
+    if not kinds:
+        return NO_STRINGS
+    return kinds.pop() if len(kinds) == 1 else MIXED
+
+
+def inspect_path(path: Path) -> PackageReport:
+    """Inspect a wheel (read from the zip), a directory such as a site-packages, or one shared object."""
+    path = Path(path)
+    if path.is_dir():
+        return _inspect_directory(path, kind="directory", display=str(path))
+    if path.is_file() and path.suffix == ".whl":
+        return _inspect_wheel(path)
+    if path.is_file() and is_elf(path):
+        report = classify_shared_object(path)
+        return _package("file", str(path), (report,), platform_tag=None, version=None)
+    if path.exists():
+        raise _usage_error(f"{path} is neither a wheel, a directory nor an ELF shared object",
+                           hint="pass a .whl file, a site-packages directory, a .so file or an image reference")
+    raise _usage_error(f"{path} does not exist", hint="check the path, or pass an image reference")
+
+
+def inspect_image(image: str) -> list[PackageReport]:
+    """Inspect every python site-packages of an image (see SITE_PACKAGES_GLOBS) without running the image."""
+    with tempfile.TemporaryDirectory(prefix="xla-images-abi-") as scratch:
+        return [
+            _inspect_directory(local, kind="image", display=f"{image}:{inside}")
+            for inside, local in _extract_site_packages(image, Path(scratch))
+        ]
+
+
+def inspect_target(target: str) -> list[PackageReport]:
+    """The CLI's argument: an existing path, else an image reference."""
+    if _is_path_like(target):
+        return [inspect_path(Path(target))]
+    return inspect_image(target)
+
+
+def _is_path_like(target: str) -> bool:
+    """Existing paths, and things that can only be meant as paths (so a typo is not pulled as an image)."""
+    return (os.path.exists(target) or target.endswith((".whl", ".so")) or target.startswith(("/", ".", "~"))
+            or os.sep + os.sep in target)
+
+
+def _inspect_directory(root: Path, *, kind: str, display: str) -> PackageReport:
+    reports = []
+    for relative, full in walk_shared_objects(root):
+        with open(full, "rb") as handle:
+            reports.append(classify_dynamic(read_elf_dynamic(handle), relative))
+    return _package(kind, display, tuple(reports), platform_tag=None, version=None)
+
+
+def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
+    """(path relative to root, path) of each ELF shared object under root, following symlinks once."""
+    seen_files: set[str] = set()
+    seen_dirs: set[str] = set()
+    for directory, subdirectories, files in os.walk(root, followlinks=True):
+        real_directory = os.path.realpath(directory)
+        if real_directory in seen_dirs:
+            subdirectories[:] = []
+            continue
+        seen_dirs.add(real_directory)
+        subdirectories.sort()
+        for name in sorted(files):
+            if not _SHARED_OBJECT_NAME.search(name):
+                continue
+            full = Path(directory, name)
+            real = os.path.realpath(full)
+            if real in seen_files or not os.path.isfile(real) or not is_elf(full):
+                continue
+            seen_files.add(real)
+            yield os.path.relpath(full, root), full
+
+
+def _inspect_wheel(path: Path) -> PackageReport:
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as error:
+        raise _usage_error(f"{path} is not a readable wheel: {error}", hint="download it again") from None
+    with archive:
+        reports = tuple(
+            classify_dynamic(_read_member(archive, member), member.filename)
+            for member in archive.infolist()
+            if _SHARED_OBJECT_NAME.search(member.filename) and _member_is_elf(archive, member)
+        )
+        tags = _wheel_file_tags(archive)
+    filename = _WHEEL_FILENAME.match(path.name)
+    platform_tag = filename.group("platform") if filename else (".".join(tags) or None)
+    version = filename.group("version") if filename else None
+    return _package("wheel", str(path), reports, platform_tag=platform_tag, version=version)
+
+
+def _member_is_elf(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bool:
+    with archive.open(member) as handle:
+        return handle.read(4) == ELF_MAGIC
+
+
+def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> ElfDynamic:
+    """Decompress one member (to memory, or a temp file when huge) and read it: pyelftools must seek."""
+    if member.file_size <= IN_MEMORY_LIMIT:
+        return read_elf_dynamic(io.BytesIO(archive.read(member)))
+    with tempfile.TemporaryFile() as spool, archive.open(member) as source:
+        shutil.copyfileobj(source, spool, 1 << 22)
+        spool.seek(0)
+        return read_elf_dynamic(spool)
+
+
+def _wheel_file_tags(archive: zipfile.ZipFile) -> list[str]:
+    """Platform parts of the `Tag:` lines of the .dist-info/WHEEL file."""
+    for name in archive.namelist():
+        if name.count("/") == 1 and name.endswith(".dist-info/WHEEL"):
+            text = archive.read(name).decode("utf-8", "replace")
+            tags = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")]
+            return sorted({tag.rsplit("-", 1)[-1] for tag in tags})
+    return []
+
+
+def _package(kind: str, display: str, reports: tuple[SharedObjectReport, ...], *, platform_tag: str | None,
+             version: str | None) -> PackageReport:
+    abi = package_abi(reports)
+    glibc = _newest_version((f"GLIBC_{r.glibc}" for r in reports if r.glibc), "GLIBC_")
+    glibcxx = _newest_version((f"GLIBCXX_{r.glibcxx}" for r in reports if r.glibcxx), "GLIBCXX_")
+    verdict = _package_verdict(abi, reports, glibc, glibcxx, platform_tag, version)
+    return PackageReport(display, kind, abi, platform_tag, verdict, reports, glibc, glibcxx)
+
+
+_ABI_WORDS = {
+    CXX11: "C++11 ABI (cxx11)",
+    PRE_CXX11: "pre-C++11 ABI (pre-cxx11)",
+    NO_STRINGS: "no std::string in any interface (none)",
+}
+
+
+def _package_verdict(abi: str, reports: Sequence[SharedObjectReport], glibc: str | None, glibcxx: str | None,
+                     platform_tag: str | None, version: str | None) -> str:
+    own = [report for report in reports if not report.bundled_runtime]
+    if not reports:
+        return "no ELF shared objects"
+    if abi == MIXED:
+        parts = []
+        for kind in (CXX11, PRE_CXX11, MIXED):
+            names = [os.path.basename(report.path) for report in own if report.abi == kind]
+            if names:
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                parts.append(f"{kind} in {shown}")
+        text = "MIXED ABI: " + "; ".join(parts) + " - some of it cannot load beside any one torch"
+    else:
+        users = sum(report.abi != NO_STRINGS for report in own)
+        text = _ABI_WORDS[abi] + (f", {users} of {len(own)} shared objects use std::string" if own else "")
+    needs = [f"GLIBC {glibc}" if glibc else "", f"GLIBCXX {glibcxx}" if glibcxx else ""]
+    if any(needs):
+        text += "; needs " + ", ".join(need for need in needs if need)
+    text += _tag_remark(glibc, platform_tag)
+    text += _label_remark(abi, version)
+    return text
+
+
+def _tag_remark(glibc: str | None, platform_tag: str | None) -> str:
+    if not platform_tag:
+        return ""
+    promised = [_tag_glibc(part) for part in platform_tag.split(".")]
+    promised = [version for version in promised if version]
+    if not promised or not glibc:
+        return f"; tagged {platform_tag}"
+    needed = tuple(int(part) for part in glibc.split("."))
+    if needed > min(promised):
+        oldest = ".".join(map(str, min(promised)))
+        return f"; WRONG TAG {platform_tag}: promises glibc {oldest} but needs {glibc}"
+    return f"; fits {platform_tag}"
+
+
+def _tag_glibc(tag: str) -> tuple[int, int] | None:
+    match = _GLIBC_IN_TAG.match(tag)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    return _LEGACY_MANYLINUX_GLIBC.get(tag.split("_", 1)[0])
+
+
+def _label_remark(abi: str, version: str | None) -> str:
+    """Upstream marks ABI variants in the local version (+cxx11, +precxx11, +cpu.cxx11.abi): do they agree?"""
+    label = version.partition("+")[2].lower() if version else ""
+    if "cxx11" not in label or abi not in (CXX11, PRE_CXX11):
+        return ""
+    claimed = PRE_CXX11 if "pre" in label else CXX11
+    return "" if claimed == abi else f"; LABEL +{label} CLAIMS {claimed} but the symbols are {abi}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# check
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MissingSymbol:
+    """An undefined symbol of an extension that the torch beside it does not export."""
+
+    symbol: str
+    demangled: str
+    problem: str  # ABI_MISMATCH when `twin` (the same entity under the other ABI) is exported, else VERSION_MISMATCH
+    twin: str | None = None
+    twin_demangled: str | None = None
+
+    def to_json(self) -> dict:
+        return {"symbol": self.symbol, "demangled": self.demangled, "problem": self.problem, "twin": self.twin,
+                "twin_demangled": self.twin_demangled}
+
+
+@dataclass(frozen=True)
+class ExtensionCheck:
+    """One extension module (or plugin) linking torch, and what it would fail to resolve."""
+
+    path: str
+    abi: str
+    verdict: str
+    torch_symbols: int  # undefined C++ symbols looked up in torch (found or not)
+    missing: tuple[MissingSymbol, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
+                "missing": [symbol.to_json() for symbol in self.missing]}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Would `import torch_xla` (and every other torch extension here) load beside this torch?"""
+
+    path: str
+    verdict: str  # COMPATIBLE | ABI_MISMATCH | VERSION_MISMATCH
+    summary: str
+    torch_abi: str
+    torch_libraries: tuple[str, ...]
+    extensions: tuple[ExtensionCheck, ...]
+
+    @property
+    def compatible(self) -> bool:
+        return self.verdict == COMPATIBLE
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "verdict": self.verdict, "summary": self.summary, "torch_abi": self.torch_abi,
+                "torch_libraries": list(self.torch_libraries),
+                "extensions": [extension.to_json() for extension in self.extensions]}
+
+
+@dataclass
+class _Loaded:
+    """A shared object read once for both questions."""
+
+    relative: str
+    path: Path
+    dynamic: ElfDynamic
+    report: SharedObjectReport
+
+
+def check_site_packages(path: Path) -> CheckReport:
+    """Resolve the torch symbols of every extension under a site-packages (or a venv root holding one)."""
+    site = find_torch_site(Path(path))
+    return _check_site(site, display=str(path))
+
+
+def check_image(image: str) -> list[CheckReport]:
+    """check_site_packages for each site-packages of an image that holds torch, without running the image."""
+    with tempfile.TemporaryDirectory(prefix="xla-images-abi-") as scratch:
+        reports = [
+            _check_site(local, display=f"{image}:{inside}")
+            for inside, local in _extract_site_packages(image, Path(scratch))
+            if _has_torch_libraries(local)
+        ]
+    if not reports:
+        raise _usage_error(f"no torch found in {image}",
+                           hint=f"looked for torch/lib/libtorch*.so under {', '.join(SITE_PACKAGES_GLOBS)}")
+    return reports
+
+
+def check_target(target: str) -> list[CheckReport]:
+    """The CLI's argument: an existing path, else an image reference."""
+    if _is_path_like(target):
+        path = Path(target)
+        if not path.exists():
+            raise _usage_error(f"{path} does not exist", hint="pass a site-packages directory or an image reference")
+        if not path.is_dir():
+            raise _usage_error(f"{path} is not a directory",
+                               hint="check needs torch and the extensions side by side: pass a site-packages "
+                                    "(e.g. `pip install --target DIR torch torch_xla` then DIR) or an image")
+        return [check_site_packages(path)]
+    return check_image(target)
+
+
+def find_torch_site(path: Path) -> Path:
+    """path itself when it holds torch/lib, else the one lib/python3.*/site-packages under it (a venv root)."""
+    if not path.is_dir():
+        raise _usage_error(f"{path} is not a directory", hint="pass a site-packages directory or a venv")
+    if _has_torch_libraries(path):
+        return path
+    candidates = [site for site in sorted(path.glob("lib/python3.*/site-packages")) if _has_torch_libraries(site)]
+    if len(candidates) == 1:
+        return candidates[0]
+    raise _usage_error(f"no torch found in {path}",
+                       hint="pass the site-packages directory that holds torch/lib/libtorch*.so "
+                            "(e.g. VENV/lib/python3.11/site-packages)")
+
+
+def _has_torch_libraries(site: Path) -> bool:
+    library = site / "torch" / "lib"
+    return library.is_dir() and (any(library.glob("libtorch*.so*")) or any(library.glob("libc10*.so*")))
+
+
+def _check_site(site: Path, *, display: str) -> CheckReport:
+    torch, others = _load_site(site)
+    exported: set[str] = set()
+    for library in torch:
+        exported |= library.dynamic.defined
+    torch_names = {name for library in torch for name in (library.path.name, library.dynamic.soname) if name}
+    twins = _TwinIndex(exported)
+    extensions = []
+    for candidate in others:
+        if not _links_torch(candidate, torch_names):
+            continue
+        resolvable = exported | _defined_by_own_dependencies(candidate, torch_names)
+        extensions.append(_check_extension(candidate, resolvable, twins))
+    torch_abi = package_abi(library.report for library in torch)
+    extensions = _demangle_missing(extensions)
+    verdict, summary = _site_verdict(extensions, torch_abi)
+    return CheckReport(display, verdict, summary, torch_abi, tuple(library.relative for library in torch),
+                       tuple(extensions))
+
+
+def _load_site(site: Path) -> tuple[list[_Loaded], list[_Loaded]]:
+    """(torch's own shared objects, every other shared object) under site; the others' symbols are read lazily."""
+    torch: list[_Loaded] = []
+    others: list[_Loaded] = []
+    for relative, full in walk_shared_objects(site):
+        parts = Path(relative).parts
+        if parts[0] == "torch" and (len(parts) == 2 or parts[1] == "lib"):
+            torch.append(_load(relative, full))
+        elif parts[0] != "torch":
+            others.append(_Loaded(relative, full, _read_needed_only(full), _PENDING))
+    return torch, others
+
+
+_PENDING = SharedObjectReport("", NO_STRINGS, None, None, 0, 0)
+
+
+def _load(relative: str, full: Path) -> _Loaded:
+    with open(full, "rb") as handle:
+        dynamic = read_elf_dynamic(handle)
+    return _Loaded(relative, full, dynamic, classify_dynamic(dynamic, relative))
+
+
+def _read_needed_only(full: Path) -> ElfDynamic:
+    """DT_NEEDED and the search path without the symbol table: most shared objects in a site-packages
+    (CUDA libraries, numpy) do not link torch and are never read further."""
+    info = ElfDynamic()
+    with open(full, "rb") as handle:
+        elf = ELFFile(handle)
+        for section in elf.iter_sections():
+            if section["sh_type"] == "SHT_DYNAMIC":
+                _read_dynamic_tags(section, info)
+                break
+    return info
+
+
+def _links_torch(candidate: _Loaded, torch_names: set[str]) -> bool:
+    """An extension resolves torch symbols only from torch libraries it (DT_)needs: python loads extensions
+    RTLD_LOCAL and torch does not put libtorch in the global scope. _XLAC is always checked."""
+    name = os.path.basename(candidate.relative)
+    if not (name.startswith("_XLAC") or torch_names.intersection(candidate.dynamic.needed)):
+        return False
+    loaded = _load(candidate.relative, candidate.path)
+    candidate.dynamic, candidate.report = loaded.dynamic, loaded.report
+    return True
+
+
+def _defined_by_own_dependencies(candidate: _Loaded, torch_names: set[str]) -> set[str]:
+    """Symbols from the extension's other DT_NEEDED libraries found through its $ORIGIN-relative search path
+    (e.g. torch_xla/lib/*.so). System libraries are reached through versioned references, which are skipped."""
+    origin = str(candidate.path.parent)
+    defined: set[str] = set()
+    for needed in candidate.dynamic.needed:
+        if needed in torch_names:
+            continue
+        for entry in candidate.dynamic.search_path:
+            if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
+                continue
+            library = Path(entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin), needed)
+            if library.is_file() and is_elf(library):
+                with open(library, "rb") as handle:
+                    defined |= read_elf_dynamic(handle).defined
+                break
+    return defined
+
+
+class _TwinIndex:
+    """abi_neutral_key -> exported names, built only when some symbol is missing (usually never)."""
+
+    def __init__(self, exported: set[str]) -> None:
+        self._exported = exported
+        self._index: dict[str, list[str]] | None = None
+
+    def find(self, name: str) -> str | None:
+        if self._index is None:
+            self._index = {}
+            for exported in self._exported:
+                if exported.startswith("_Z"):
+                    self._index.setdefault(abi_neutral_key(exported), []).append(exported)
+        markers = symbol_abi(name)
+        for candidate in self._index.get(abi_neutral_key(name), ()):
+            if candidate != name and symbol_abi(candidate) != markers:
+                return candidate
+        return None
+
+
+def _check_extension(extension: _Loaded, resolvable: set[str], twins: _TwinIndex) -> ExtensionCheck:
+    looked_up = 0
+    missing: list[MissingSymbol] = []
+    for symbol in extension.dynamic.undefined:
+        # Weak references never fail a load; versioned ones are bound to libstdc++/libc/libm ..., never to torch
+        # (torch libraries define no symbol versions); C symbols (PyObject_*, cuda*) are not ours to judge.
+        if symbol.weak or symbol.version_file or not symbol.name.startswith("_Z"):
+            continue
+        if symbol.name in resolvable:
+            looked_up += 1
+            continue
+        twin = twins.find(symbol.name)
+        if twin is not None:
+            missing.append(MissingSymbol(symbol.name, symbol.name, ABI_MISMATCH, twin, twin))
+        elif names_torch_namespace(symbol.name):
+            missing.append(MissingSymbol(symbol.name, symbol.name, VERSION_MISMATCH))
+        else:
+            continue  # some other library's C++ symbol: the check cannot tell and does not guess
+        looked_up += 1
+    if any(item.problem == ABI_MISMATCH for item in missing):
+        verdict = ABI_MISMATCH
+    else:
+        verdict = VERSION_MISMATCH if missing else COMPATIBLE
+    return ExtensionCheck(extension.relative, extension.report.abi, verdict, looked_up,
+                          tuple(sorted(missing, key=lambda item: (item.problem, item.symbol))))
+
+
+def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:
+    names = {name for extension in extensions for item in extension.missing for name in (item.symbol, item.twin)
+             if name}
+    readable = demangle(sorted(names))
+    result = []
+    for extension in extensions:
+        missing = tuple(
+            MissingSymbol(item.symbol, readable.get(item.symbol, item.symbol), item.problem, item.twin,
+                          readable.get(item.twin, item.twin) if item.twin else None)
+            for item in extension.missing
+        )
+        result.append(ExtensionCheck(extension.path, extension.abi, extension.verdict, extension.torch_symbols,
+                                     missing))
+    return result
+
+
+def demangle(names: Sequence[str]) -> dict[str, str]:
+    """Mangled -> readable with c++filt when installed; otherwise names stay mangled."""
+    tool = shutil.which("c++filt")
+    if not names or tool is None:
+        return {name: name for name in names}
+    completed = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, check=False)
+    lines = completed.stdout.splitlines()
+    if completed.returncode != 0 or len(lines) != len(names):
+        return {name: name for name in names}
+    return dict(zip(names, lines))
+
+
+def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple[str, str]:
+    if not extensions:
+        return COMPATIBLE, "compatible: no extension module here links torch"
+    broken = [extension for extension in extensions if extension.verdict != COMPATIBLE]
+    if not broken:
+        total = sum(extension.torch_symbols for extension in extensions)
+        return COMPATIBLE, (f"compatible: {len(extensions)} extension(s) resolve all {total} torch symbols "
+                            f"(torch uses the {torch_abi} ABI)")
+    abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
+    if abi_broken:
+        lines = []
+        for extension in abi_broken:
+            twins = sum(item.problem == ABI_MISMATCH for item in extension.missing)
+            lines.append(f"{extension.path} uses the {extension.abi} ABI but torch exports the {torch_abi} ABI "
+                         f"({twins} symbol(s) exist only with the other mangling)")
+        return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
+    lines = [f"{extension.path} needs {len(extension.missing)} torch symbol(s) this torch does not export under "
+             f"either ABI" for extension in broken]
+    return VERSION_MISMATCH, ("version mismatch: " + "; ".join(lines)
+                              + " - it was built against another torch version")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# images
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _extract_site_packages(image: str, scratch: Path) -> list[tuple[str, Path]]:
+    """(path in the image, local copy) of each site-packages matching SITE_PACKAGES_GLOBS.
+
+    Nothing runs in the image: for each glob the engine copies its fixed leading directory out, and the
+    wildcard is matched locally.
+    """
+    try:
+        from xla_images import engine
+        from xla_images.errors import XlaImagesError
+    except ImportError:
+        raise _usage_error(f"{image!r} is not an existing path, and images can only be read with xla_images "
+                           "installed", hint="pass a wheel or a directory") from None
+    found: list[tuple[str, Path]] = []
+    for number, pattern in enumerate(SITE_PACKAGES_GLOBS):
+        fixed, wildcard = _split_glob(pattern)
+        destination = scratch / str(number)
+        destination.mkdir()
+        try:
+            local = engine.extract_from_image(image, fixed, destination)
+        except XlaImagesError as error:
+            if _is_missing_path(error):
+                continue
+            raise
+        matches = sorted(local.glob(wildcard)) if wildcard else [local]
+        found.extend((str(Path(fixed, match.relative_to(local))), match) for match in matches if match.is_dir())
+    if not found:
+        raise _usage_error(f"no python site-packages found in image {image}",
+                           hint=f"looked in {', '.join(SITE_PACKAGES_GLOBS)}")
+    return found
+
+
+def _split_glob(pattern: str) -> tuple[str, str]:
+    """'/opt/venv/lib/python3.*/site-packages' -> ('/opt/venv/lib', 'python3.*/site-packages')."""
+    parts = Path(pattern).parts
+    for index, part in enumerate(parts):
+        if any(char in part for char in "*?["):
+            return str(Path(*parts[:index])), str(Path(*parts[index:]))
+    return pattern, ""
+
+
+def _is_missing_path(error: Exception) -> bool:
+    text = str(error).lower()
+    return "not found" in text or "no such file" in text or "does not exist" in text
+
+
+# --------------------------------------------------------------------------------------------------------------
+# plain-text output and the standalone command line
+# --------------------------------------------------------------------------------------------------------------
+
+
+def format_package(report: PackageReport) -> str:
+    lines = [f"{report.path} [{report.kind}] abi={report.abi} platform={report.platform_tag or '-'}",
+             f"  verdict: {report.verdict}"]
+    for item in report.shared_objects:
+        bundled = " (bundled runtime, not counted)" if item.bundled_runtime else ""
+        lines.append(f"  {item.abi:<9} glibc={item.glibc or '-':<5} glibcxx={item.glibcxx or '-':<7} "
+                     f"cxx11={item.cxx11_symbols:<6} pre={item.pre_cxx11_symbols:<6} {item.path}{bundled}")
+    return "\n".join(lines)
+
+
+def format_check(report: CheckReport, limit: int = 20) -> str:
+    lines = [f"{report.path}: torch libraries use the {report.torch_abi} ABI"]
+    for extension in report.extensions:
+        lines.append(f"  {extension.verdict:<16} {extension.path} (abi {extension.abi}, "
+                     f"{extension.torch_symbols} torch symbols)")
+        for item in extension.missing[:limit]:
+            lines.append(f"    missing [{item.problem}] {item.demangled}")
+            if item.twin_demangled:
+                lines.append(f"      torch exports instead: {item.twin_demangled}")
+        if len(extension.missing) > limit:
+            lines.append(f"    ... and {len(extension.missing) - limit} more (--json lists all)")
+    lines.append(report.summary)
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python abi.py inspect|check TARGET [--json]`: exit 0 fine, 1 mismatch, 2 usage error."""
+    parser = argparse.ArgumentParser(prog="abi", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("inspect", "ABI of each shared object of a wheel, directory or image"),
+                       ("check", "would the extensions here load beside this torch?")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("target", help="wheel, directory (site-packages) or image reference")
+        command.add_argument("--json", action="store_true", help="machine-readable output")
+    arguments = parser.parse_args(argv)
+    try:
+        if arguments.command == "inspect":
+            packages = inspect_target(arguments.target)
+            _emit(packages, arguments.json, format_package)
+            return 0
+        checks = check_target(arguments.target)
+        _emit(checks, arguments.json, format_check)
+        return 0 if all(report.compatible for report in checks) else 1
+    except Exception as error:  # noqa: BLE001 - only usage errors are turned into exit code 2
+        if getattr(error, "exit_code", None) == 2:
+            print(str(error), file=sys.stderr)
+            return 2
+        raise
+
+
+def _emit(reports: Sequence, as_json: bool, formatter) -> None:
+    if as_json:
+        document = reports[0].to_json() if len(reports) == 1 else [report.to_json() for report in reports]
+        print(json.dumps(document, indent=2))
+    else:
+        print("\n\n".join(formatter(report) for report in reports))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
