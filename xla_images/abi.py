@@ -16,6 +16,18 @@ How a symbol shows its ABI (Itanium mangling as GCC emits it):
 * pre-cxx11: ``std::string`` spelt ``Ss``, ``std::basic_string`` spelt ``Sb``, or ``std::list`` and the
   string-stream classes directly under ``St`` (old ABI), e.g. undefined references to ``_ZNSs...``.
 
+A shared object is cxx11, pre-cxx11, ``none`` (no string in its interface) or ``mixed`` (both); see
+`SharedObjectReport` for why names in namespace std only count when nothing else shows an ABI. A package
+(wheel, directory, image site-packages) is cxx11 when all its string-using objects are, and so on; bundled
+libstdc++/libgcc copies are reported but left out. `check` calls a missing symbol an ``abi mismatch`` when torch
+exports its twin under the other ABI (see `abi_neutral_key`), else a ``version mismatch``.
+
+``--json`` prints one object for a path and an array (one per site-packages) for an image:
+``{"path", "kind", "abi", "platform_tag", "verdict", "glibc", "glibcxx", "shared_objects": [{"path", "abi",
+"glibc", "glibcxx", "cxx11_symbols", "pre_cxx11_symbols", "abi_basis", "bundled_runtime"}]}`` for inspect, and
+``{"path", "verdict", "summary", "torch_abi", "torch_libraries", "extensions": [{"path", "abi", "verdict",
+"torch_symbols", "missing": [{"symbol", "demangled", "problem", "twin", "twin_demangled"}]}]}`` for check.
+
 STANDALONE USE. This module imports only the standard library and pyelftools at top level, so the wheel build
 script can copy this one file into a build container and run ``python abi.py inspect|check PATH [--json]``
 (or ``python -m xla_images.abi ...`` where the package is installed). Other xla_images modules (errors, engine)
@@ -41,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence
 
+from elftools.common.utils import struct_parse
 from elftools.elf.elffile import ELFFile
 
 CXX11 = "cxx11"
@@ -136,7 +149,7 @@ def read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
     because pyelftools' per-symbol objects cost ~55 us each and torch libraries export hundreds of thousands.
     """
     elf = ELFFile(stream)
-    sections = {section["sh_type"]: section for section in elf.iter_sections()}
+    sections = _sections_by_type(elf, ("SHT_DYNAMIC", "SHT_GNU_verneed", "SHT_DYNSYM", "SHT_GNU_versym"))
     info = ElfDynamic()
     dynamic = sections.get("SHT_DYNAMIC")
     if dynamic is not None:
@@ -149,6 +162,18 @@ def read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
     versym = _read_versym(sections.get("SHT_GNU_versym"), elf.little_endian)
     _read_symbols(dynsym.data(), strings, versym, version_index, elf, info)
     return info
+
+
+def _sections_by_type(elf: ELFFile, wanted: Sequence[str]) -> dict:
+    """The first section of each wanted type. Only headers are parsed for the others: building every section
+    object (ELFFile.iter_sections) decodes the whole .gnu.hash table, over a second for torch libraries."""
+    found = {}
+    for index in range(elf.num_sections()):
+        header = struct_parse(elf.structs.Elf_Shdr, elf.stream,
+                              stream_pos=elf["e_shoff"] + index * elf["e_shentsize"])
+        if header["sh_type"] in wanted and header["sh_type"] not in found:
+            found[header["sh_type"]] = elf.get_section(index)
+    return found
 
 
 def _read_dynamic_tags(dynamic, info: ElfDynamic) -> None:
@@ -194,23 +219,25 @@ def _read_versym(versym, little_endian: bool) -> Sequence[int] | None:
 def _read_symbols(data: bytes, strings: bytes, versym: Sequence[int] | None,
                   version_index: dict[int, tuple[str, str]], elf: ELFFile, info: ElfDynamic) -> None:
     endian = "<" if elf.little_endian else ">"
-    if elf.elfclass == 64:
-        layout, name_at, info_at, other_at, shndx_at = f"{endian}IBBHQQ", 0, 1, 2, 3
-    else:
-        layout, name_at, info_at, other_at, shndx_at = f"{endian}IIIBBH", 0, 3, 4, 5
+    layout = f"{endian}IBBHQQ" if elf.elfclass == 64 else f"{endian}IIIBBH"
     size = struct.calcsize(layout)
-    usable = len(data) - len(data) % size
-    for position, entry in enumerate(struct.iter_unpack(layout, data[:usable])):
-        name_offset, st_info = entry[name_at], entry[info_at]
+    entries = struct.iter_unpack(layout, data[:len(data) - len(data) % size])
+    if elf.elfclass != 64:  # Elf32_Sym orders its fields differently
+        entries = ((name, st_info, other, shndx, value, value) for name, value, _, st_info, other, shndx in entries)
+    text = strings.decode("latin-1")  # mangled names are ASCII; latin-1 never fails
+    find = text.find
+    define = info.defined.add
+    undefined = info.undefined.append
+    for position, (name_offset, st_info, other, shndx, _, _) in enumerate(entries):
         binding = st_info >> 4
-        if position == 0 or name_offset == 0 or binding == _STB_LOCAL:
+        if binding == _STB_LOCAL or name_offset == 0 or position == 0:
             continue
-        name = strings[name_offset:strings.find(b"\0", name_offset)].decode("latin-1")
-        if entry[shndx_at] == _SHN_UNDEF:
+        name = text[name_offset:find("\0", name_offset)]
+        if shndx == _SHN_UNDEF:
             version = version_index.get(versym[position] & ~_VERSYM_HIDDEN) if versym is not None else None
-            info.undefined.append(UndefinedSymbol(name, binding == _STB_WEAK, *(version or (None, None))))
-        elif entry[other_at] & 3 in (_STV_DEFAULT, _STV_PROTECTED):
-            info.defined.add(name)
+            undefined(UndefinedSymbol(name, binding == _STB_WEAK, *(version or (None, None))))
+        elif other & 3 in (_STV_DEFAULT, _STV_PROTECTED):
+            define(name)
 
 
 def is_elf(path: Path) -> bool:
@@ -261,6 +288,37 @@ def symbol_abi(name: str) -> tuple[bool, bool]:
     if _OLD_ABI_HINT.search(name) is None:
         return _NEW_ABI_HINT.search(name) is not None, False
     return _scan_mangled(name)
+
+
+def count_abi_symbols(names: Iterable[str]) -> tuple[int, int]:
+    """(names using the C++11 ABI, names using the pre-C++11 ABI); a name showing both counts in both.
+
+    Same rules as `symbol_abi`, but the pre-filters run once over all names joined by newlines (C speed) and
+    only the lines they hit are looked at in Python: libraries have up to ~400k dynamic symbols.
+    """
+    text = "\n".join(names)
+    new_lines = _hit_lines(_NEW_ABI_HINT, text)
+    cxx11, pre_cxx11 = len(new_lines), 0
+    for start, end in _hit_lines(_OLD_ABI_HINT, text).items():
+        new, old = _scan_mangled(text[start:end])
+        cxx11 += new - (start in new_lines)
+        pre_cxx11 += old
+    return cxx11, pre_cxx11
+
+
+def _hit_lines(pattern: re.Pattern[str], text: str) -> dict[int, int]:
+    """{start: end} of the lines of text that start with `_Z` and contain a match of pattern."""
+    lines: dict[int, int] = {}
+    next_line = 0  # matches come in order: skip the rest of a line already taken
+    for match in pattern.finditer(text):
+        if match.start() < next_line:
+            continue
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        next_line = len(text) if end < 0 else end
+        if text.startswith("_Z", start):
+            lines[start] = next_line
+    return lines
 
 
 def _scan_mangled(name: str) -> tuple[bool, bool]:
@@ -320,9 +378,9 @@ def _scan_mangled(name: str) -> tuple[bool, bool]:
     return new, old
 
 
-# The C++11 std::string spelt out; the parts may be back-references when they appeared earlier in the name.
+# The C++11 std::string spelt out; std::__cxx11 and the parts may be back-references to earlier mentions.
 _CXX11_STRING = re.compile(
-    r"NSt7__cxx1112basic_stringIc(?:St11char_traitsIcE|S[0-9A-Z]*_)(?:SaIcE|S[0-9A-Z]*_)EE"
+    r"N(?:St7__cxx11|S[0-9A-Z]*_)12basic_stringIc(?:St11char_traitsIcE|S[0-9A-Z]*_)(?:SaIcE|S[0-9A-Z]*_)EE"
 )
 # After rewriting, what differs between the two manglings is only back-reference numbering (the C++11 spelling
 # adds substitution candidates) and whether char_traits/allocator were spelt or referenced, so all collapse.
@@ -332,16 +390,62 @@ _COLLAPSE = re.compile(r"SaIcE|St11char_traitsIcE|Ss|S[0-9A-Z]*_")
 def abi_neutral_key(name: str) -> str:
     """A key equal for a symbol and its twin under the other ABI.
 
-    Rewrites `NSt7__cxx1112basic_string<char...>` to `Ss`, drops `__cxx11` namespaces and `[abi:cxx11]` tags,
-    then collapses back-references. Lossy on purpose: it is only used to find, for a symbol that is missing, an
-    exported symbol that differs from it by ABI, and `find_twin` additionally requires the ABI markers to differ.
+    Rewrites `NSt7__cxx1112basic_string<char...>` to `Ss` and a standalone `NSt7__cxx114listI..EE` to
+    `St4listI..E`, drops other `__cxx11` namespaces and `[abi:cxx11]` tags, then collapses back-references.
+    Lossy on purpose: it only serves to find, for a symbol that is missing, an exported symbol that differs
+    from it by ABI, and `_TwinIndex.find` additionally requires their ABI markers to differ.
     """
     key = _CXX11_STRING.sub("Ss", name)
+    key = _unnest_cxx11_classes(key)
     key = key.replace("7__cxx11", "").replace("B5cxx11", "")
     return _COLLAPSE.sub("S_", key)
 
 
-_TORCH_NAMESPACE = re.compile(r"N[rVKRO]*(?:5torch|3c10|2at|6caffe2)")
+_NESTED_CXX11_CLASS = re.compile(r"NSt7__cxx11([0-9]+)")
+_TEMPLATE_OPENERS = frozenset("NIFXJ")
+_LITERAL = re.compile(r"L(?:[a-z]|D[a-zA-Z])n?[0-9a-fA-F.]*E")
+
+
+def _unnest_cxx11_classes(name: str) -> str:
+    """`NSt7__cxx114listIiSaIiEEE` (std::__cxx11::list<int> as a whole type) -> `St4listIiSaIiEE`, the old
+    spelling of std::list<int>; members (`NSt7__cxx114listIiSaIiEE5clearEv`) keep their N..E and only lose the
+    namespace later, exactly as the old ABI spells them."""
+    position = 0
+    while (match := _NESTED_CXX11_CLASS.search(name, position)) is not None:
+        after_name = match.end() + int(match.group(1))
+        close = _skip_template_args(name, after_name) if name.startswith("I", after_name) else after_name
+        if close is not None and name.startswith("E", close):
+            name = f"{name[:match.start()]}St{name[match.start(1):close]}{name[close + 1:]}"
+        position = match.start() + 1
+    return name
+
+
+def _skip_template_args(name: str, start: int) -> int | None:
+    """Index just past the `E` closing the template arguments that open at name[start] == 'I'; None if lost."""
+    depth, position = 0, start
+    while position < len(name):
+        char = name[position]
+        if char.isdigit():
+            digits = re.match(r"[0-9]+", name[position:]).group()
+            position += len(digits) + int(digits)
+            continue
+        literal = _LITERAL.match(name, position) if char == "L" else None
+        substitution = _SUBSTITUTION.match(name, position) if char == "S" else None
+        if literal or substitution:
+            position = (literal or substitution).end()
+            continue
+        if char in _TEMPLATE_OPENERS:
+            depth += 1
+        elif char == "E":
+            depth -= 1
+            if depth == 0:
+                return position + 1
+        position += 1
+    return None
+
+
+# A nested name (after optional cv/ref qualifiers) whose first component is one of TORCH_NAMESPACES.
+_TORCH_NAMESPACE = re.compile(r"N[rVKRO]*(?:" + "|".join(f"{len(name)}{name}" for name in TORCH_NAMESPACES) + ")")
 
 
 def names_torch_namespace(name: str) -> bool:
@@ -356,7 +460,22 @@ def names_torch_namespace(name: str) -> bool:
 
 @dataclass(frozen=True)
 class SharedObjectReport:
-    """The ABI of one shared object and the newest GLIBC / GLIBCXX symbol versions it needs."""
+    """The ABI of one shared object and the newest GLIBC / GLIBCXX symbol versions it needs.
+
+    cxx11_symbols / pre_cxx11_symbols count every dynamic symbol (defined or undefined) showing that ABI. The
+    verdict `abi` comes from the first of three tiers that shows any ABI (`abi_basis`):
+
+    * "interface": symbols outside namespace std, defined or referenced (`torch::foo(std::string const&)`
+      counts here: the string is in its signature). This is what other libraries bind to.
+    * "std definitions": std members the library instantiated itself (inline std::string code, std::vector
+      of strings...): they show the flag its own code was compiled with.
+    * "std references": references into libstdc++ (`_ZNSs...`, `_ZNSt7__cxx11...`), for libraries that use
+      strings only inside.
+    References into libstdc++ never fail a load (it exports both ABIs), and cxx11 builds made with gcc-toolset
+    carry a few old-ABI ones from its static libstdc++_nonshared.a: torch 2.9's libtorch.so exports only std
+    instantiations (cxx11) yet references `std::basic_string::_Rep::_S_empty_rep_storage`. Counting every tier
+    at once would call it 'mixed'.
+    """
 
     path: str
     abi: str
@@ -365,12 +484,13 @@ class SharedObjectReport:
     cxx11_symbols: int
     pre_cxx11_symbols: int
     bundled_runtime: bool = False
+    abi_basis: str = "interface"  # INTERFACE_BASIS, STD_DEFINITIONS_BASIS or STD_REFERENCES_BASIS
 
     def to_json(self) -> dict:
         return {
             "path": self.path, "abi": self.abi, "glibc": self.glibc, "glibcxx": self.glibcxx,
             "cxx11_symbols": self.cxx11_symbols, "pre_cxx11_symbols": self.pre_cxx11_symbols,
-            "bundled_runtime": self.bundled_runtime,
+            "abi_basis": self.abi_basis, "bundled_runtime": self.bundled_runtime,
         }
 
 
@@ -395,21 +515,33 @@ class PackageReport:
         }
 
 
+# Names in namespace std (or __gnu_cxx), also as special names: vtable, VTT, typeinfo (name), guard variable,
+# transaction clone, thunks; and member functions with cv/ref qualifiers.
+_STD_NAME = re.compile(
+    r"_Z(?:T[VTIS]|GV|GTt|Thn?[0-9]+_|Tvn?[0-9]+_n?[0-9]+_)?N?[rVKRO]*(?:S[tsbaiod]|9__gnu_cxx)"
+)
+INTERFACE_BASIS, STD_DEFINITIONS_BASIS, STD_REFERENCES_BASIS = "interface", "std definitions", "std references"
+
+
 def classify_dynamic(info: ElfDynamic, path: str) -> SharedObjectReport:
-    cxx11 = pre_cxx11 = 0
-    for name in _all_names(info):
-        new, old = symbol_abi(name)
-        cxx11 += new
-        pre_cxx11 += old
+    """Classify from an already read symbol table; see SharedObjectReport for the rules."""
+    tiers: dict[str, list[str]] = {INTERFACE_BASIS: [], STD_DEFINITIONS_BASIS: [], STD_REFERENCES_BASIS: []}
+    for name in info.defined:
+        tiers[STD_DEFINITIONS_BASIS if _STD_NAME.match(name) else INTERFACE_BASIS].append(name)
+    for symbol in info.undefined:
+        tiers[STD_REFERENCES_BASIS if _STD_NAME.match(symbol.name) else INTERFACE_BASIS].append(symbol.name)
+    counts = {basis: count_abi_symbols(names) for basis, names in tiers.items()}
+    basis = next((basis for basis, found in counts.items() if any(found)), INTERFACE_BASIS)
     versions = [version for names in info.version_needs.values() for version in names]
     return SharedObjectReport(
         path=path,
-        abi=_abi_from_counts(cxx11, pre_cxx11),
+        abi=_abi_from_counts(*counts[basis]),
         glibc=_newest_version(versions, "GLIBC_"),
         glibcxx=_newest_version(versions, "GLIBCXX_"),
-        cxx11_symbols=cxx11,
-        pre_cxx11_symbols=pre_cxx11,
+        cxx11_symbols=sum(found[0] for found in counts.values()),
+        pre_cxx11_symbols=sum(found[1] for found in counts.values()),
         bundled_runtime=_BUNDLED_RUNTIME.match(os.path.basename(path)) is not None,
+        abi_basis=basis,
     )
 
 
@@ -447,14 +579,25 @@ def _newest_version(versions: Iterable[str], prefix: str) -> str | None:
 
 
 def package_abi(reports: Iterable[SharedObjectReport]) -> str:
-    """cxx11 if every string-using object is cxx11, pre-cxx11 likewise, none if none uses strings, else mixed.
-
-    Bundled toolchain runtimes are left out: see _BUNDLED_RUNTIME.
-    """
-    kinds = {report.abi for report in reports if not report.bundled_runtime and report.abi != NO_STRINGS}
+    """cxx11 if every string-using object is cxx11, pre-cxx11 likewise, none if none uses strings, else mixed."""
+    kinds = {report.abi for report in _deciding_objects(list(reports))}
     if not kinds:
         return NO_STRINGS
     return kinds.pop() if len(kinds) == 1 else MIXED
+
+
+def _deciding_objects(reports: list[SharedObjectReport]) -> list[SharedObjectReport]:
+    """The string-using objects a package's ABI is judged by, tiered like SharedObjectReport.abi_basis.
+
+    Objects whose interface shows an ABI decide; objects that show one only through std symbols count only
+    when no interface does. Another library binds to interfaces, so a library that embeds a static libstdc++
+    exporting both ABIs' std code (NVIDIA's libcufile) must not make a site-packages 'mixed'. Bundled
+    toolchain runtimes (see _BUNDLED_RUNTIME) are left out unless there is nothing else.
+    """
+    considered = [report for report in reports if not report.bundled_runtime] or reports
+    using = [report for report in considered if report.abi != NO_STRINGS]
+    by_interface = [report for report in using if report.abi_basis == INTERFACE_BASIS]
+    return by_interface or using
 
 
 def inspect_path(path: Path) -> PackageReport:
@@ -484,15 +627,17 @@ def inspect_image(image: str) -> list[PackageReport]:
 
 def inspect_target(target: str) -> list[PackageReport]:
     """The CLI's argument: an existing path, else an image reference."""
-    if _is_path_like(target):
-        return [inspect_path(Path(target))]
+    if is_path_target(target):
+        return [inspect_path(Path(target).expanduser())]
     return inspect_image(target)
 
 
-def _is_path_like(target: str) -> bool:
-    """Existing paths, and things that can only be meant as paths (so a typo is not pulled as an image)."""
-    return (os.path.exists(target) or target.endswith((".whl", ".so")) or target.startswith(("/", ".", "~"))
-            or os.sep + os.sep in target)
+def is_path_target(target: str) -> bool:
+    """Is the CLI argument a path (one report: a JSON object) rather than an image (a JSON array)?
+
+    Existing paths, and things that can only be meant as paths, so a typo is reported, not looked up as an image.
+    """
+    return os.path.exists(target) or target.endswith((".whl", ".so")) or target.startswith(("/", ".", "~"))
 
 
 def _inspect_directory(root: Path, *, kind: str, display: str) -> PackageReport:
@@ -589,23 +734,34 @@ def _package_verdict(abi: str, reports: Sequence[SharedObjectReport], glibc: str
     own = [report for report in reports if not report.bundled_runtime]
     if not reports:
         return "no ELF shared objects"
+    if not own:
+        return (f"only toolchain runtimes ({', '.join(os.path.basename(report.path) for report in reports)}); "
+                "libstdc++ exports both ABIs on purpose")
+    deciding = _deciding_objects(list(reports))
     if abi == MIXED:
         parts = []
         for kind in (CXX11, PRE_CXX11, MIXED):
-            names = [os.path.basename(report.path) for report in own if report.abi == kind]
+            names = [os.path.basename(report.path) for report in deciding if report.abi == kind]
             if names:
-                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-                parts.append(f"{kind} in {shown}")
-        text = "MIXED ABI: " + "; ".join(parts) + " - some of it cannot load beside any one torch"
+                parts.append(f"{kind} in {_some(names)}")
+        text = "MIXED ABI: " + "; ".join(parts) + " - its libraries were built with different ABIs"
     else:
         users = sum(report.abi != NO_STRINGS for report in own)
-        text = _ABI_WORDS[abi] + (f", {users} of {len(own)} shared objects use std::string" if own else "")
+        text = f"{_ABI_WORDS[abi]}, {users} of {len(own)} shared objects use std::string"
+    ignored = [f"{os.path.basename(report.path)} ({report.abi}, from {report.abi_basis})" for report in own
+               if report.abi not in (abi, NO_STRINGS) and report not in deciding]
+    if ignored:
+        text += f"; not counted: {_some(ignored)}"
     needs = [f"GLIBC {glibc}" if glibc else "", f"GLIBCXX {glibcxx}" if glibcxx else ""]
     if any(needs):
         text += "; needs " + ", ".join(need for need in needs if need)
     text += _tag_remark(glibc, platform_tag)
     text += _label_remark(abi, version)
     return text
+
+
+def _some(names: Sequence[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _tag_remark(glibc: str | None, platform_tag: str | None) -> str:
@@ -701,7 +857,8 @@ class _Loaded:
     relative: str
     path: Path
     dynamic: ElfDynamic
-    report: SharedObjectReport
+    mentions_torch: bool = True
+    report: SharedObjectReport | None = None  # None until the symbol table is read
 
 
 def check_site_packages(path: Path) -> CheckReport:
@@ -726,8 +883,8 @@ def check_image(image: str) -> list[CheckReport]:
 
 def check_target(target: str) -> list[CheckReport]:
     """The CLI's argument: an existing path, else an image reference."""
-    if _is_path_like(target):
-        path = Path(target)
+    if is_path_target(target):
+        path = Path(target).expanduser()
         if not path.exists():
             raise _usage_error(f"{path} does not exist", hint="pass a site-packages directory or an image reference")
         if not path.is_dir():
@@ -766,10 +923,10 @@ def _check_site(site: Path, *, display: str) -> CheckReport:
     twins = _TwinIndex(exported)
     extensions = []
     for candidate in others:
-        if not _links_torch(candidate, torch_names):
+        if not _links_torch(candidate, torch_names, candidate.mentions_torch):
             continue
-        resolvable = exported | _defined_by_own_dependencies(candidate, torch_names)
-        extensions.append(_check_extension(candidate, resolvable, twins))
+        own = _defined_by_own_dependencies(candidate, torch_names)
+        extensions.append(_check_extension(candidate, exported, own, twins))
     torch_abi = package_abi(library.report for library in torch)
     extensions = _demangle_missing(extensions)
     verdict, summary = _site_verdict(extensions, torch_abi)
@@ -786,37 +943,42 @@ def _load_site(site: Path) -> tuple[list[_Loaded], list[_Loaded]]:
         if parts[0] == "torch" and (len(parts) == 2 or parts[1] == "lib"):
             torch.append(_load(relative, full))
         elif parts[0] != "torch":
-            others.append(_Loaded(relative, full, _read_needed_only(full), _PENDING))
+            others.append(_Loaded(relative, full, *_read_link_summary(full)))
     return torch, others
-
-
-_PENDING = SharedObjectReport("", NO_STRINGS, None, None, 0, 0)
 
 
 def _load(relative: str, full: Path) -> _Loaded:
     with open(full, "rb") as handle:
         dynamic = read_elf_dynamic(handle)
-    return _Loaded(relative, full, dynamic, classify_dynamic(dynamic, relative))
+    return _Loaded(relative, full, dynamic, report=classify_dynamic(dynamic, relative))
 
 
-def _read_needed_only(full: Path) -> ElfDynamic:
-    """DT_NEEDED and the search path without the symbol table: most shared objects in a site-packages
-    (CUDA libraries, numpy) do not link torch and are never read further."""
+_TORCH_NAMESPACE_BYTES = re.compile(_TORCH_NAMESPACE.pattern.encode())
+
+
+def _read_link_summary(full: Path) -> tuple[ElfDynamic, bool]:
+    """DT_NEEDED, the search path, and whether any dynamic symbol names a torch namespace, without decoding
+    the symbol table: most shared objects in a site-packages (CUDA libraries, numpy) have nothing to do with
+    torch and are never read further."""
     info = ElfDynamic()
     with open(full, "rb") as handle:
         elf = ELFFile(handle)
-        for section in elf.iter_sections():
-            if section["sh_type"] == "SHT_DYNAMIC":
-                _read_dynamic_tags(section, info)
-                break
-    return info
+        sections = _sections_by_type(elf, ("SHT_DYNAMIC", "SHT_DYNSYM"))
+        if "SHT_DYNAMIC" in sections:
+            _read_dynamic_tags(sections["SHT_DYNAMIC"], info)
+        dynsym = sections.get("SHT_DYNSYM")
+        names = elf.get_section(dynsym["sh_link"]).data() if dynsym is not None else b""
+    return info, _TORCH_NAMESPACE_BYTES.search(names) is not None
 
 
-def _links_torch(candidate: _Loaded, torch_names: set[str]) -> bool:
-    """An extension resolves torch symbols only from torch libraries it (DT_)needs: python loads extensions
-    RTLD_LOCAL and torch does not put libtorch in the global scope. _XLAC is always checked."""
+def _links_torch(candidate: _Loaded, torch_names: set[str], mentions_torch: bool) -> bool:
+    """Is this an extension of torch? _XLAC always is; others DT_NEED a torch library or name torch symbols.
+
+    DT_NEEDED alone is not enough: linked with --as-needed (Debian's default), an extension built with the
+    other ABI than torch satisfies none of its symbols from libc10/libtorch, so the linker drops them.
+    """
     name = os.path.basename(candidate.relative)
-    if not (name.startswith("_XLAC") or torch_names.intersection(candidate.dynamic.needed)):
+    if not (name.startswith("_XLAC") or torch_names.intersection(candidate.dynamic.needed) or mentions_torch):
         return False
     loaded = _load(candidate.relative, candidate.path)
     candidate.dynamic, candidate.report = loaded.dynamic, loaded.report
@@ -862,7 +1024,9 @@ class _TwinIndex:
         return None
 
 
-def _check_extension(extension: _Loaded, resolvable: set[str], twins: _TwinIndex) -> ExtensionCheck:
+def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twins: _TwinIndex) -> ExtensionCheck:
+    """Look up the extension's undefined C++ symbols in what torch exports (exported) and in what its own
+    bundled libraries define (own)."""
     looked_up = 0
     missing: list[MissingSymbol] = []
     for symbol in extension.dynamic.undefined:
@@ -870,8 +1034,10 @@ def _check_extension(extension: _Loaded, resolvable: set[str], twins: _TwinIndex
         # (torch libraries define no symbol versions); C symbols (PyObject_*, cuda*) are not ours to judge.
         if symbol.weak or symbol.version_file or not symbol.name.startswith("_Z"):
             continue
-        if symbol.name in resolvable:
+        if symbol.name in exported:
             looked_up += 1
+            continue
+        if symbol.name in own:
             continue
         twin = twins.find(symbol.name)
         if twin is not None:
@@ -930,8 +1096,8 @@ def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple
         lines = []
         for extension in abi_broken:
             twins = sum(item.problem == ABI_MISMATCH for item in extension.missing)
-            lines.append(f"{extension.path} uses the {extension.abi} ABI but torch exports the {torch_abi} ABI "
-                         f"({twins} symbol(s) exist only with the other mangling)")
+            lines.append(f"{extension.path} ({extension.abi} ABI) needs {twins} symbol(s) that torch "
+                         f"({torch_abi} ABI) exports only with the other ABI's mangling")
         return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
     lines = [f"{extension.path} needs {len(extension.missing)} torch symbol(s) this torch does not export under "
              f"either ABI" for extension in broken]
@@ -947,25 +1113,26 @@ def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple
 def _extract_site_packages(image: str, scratch: Path) -> list[tuple[str, Path]]:
     """(path in the image, local copy) of each site-packages matching SITE_PACKAGES_GLOBS.
 
-    Nothing runs in the image: for each glob the engine copies its fixed leading directory out, and the
-    wildcard is matched locally.
+    Nothing runs in the image: for each glob the engine copies its fixed leading directory out of a created,
+    never started container, and the wildcard is matched locally.
     """
     try:
         from xla_images import engine
-        from xla_images.errors import XlaImagesError
-    except ImportError:
+    except ImportError as error:
         raise _usage_error(f"{image!r} is not an existing path, and images can only be read with xla_images "
-                           "installed", hint="pass a wheel or a directory") from None
+                           f"installed ({error})", hint="pass a wheel or a directory") from None
     found: list[tuple[str, Path]] = []
     for number, pattern in enumerate(SITE_PACKAGES_GLOBS):
         fixed, wildcard = _split_glob(pattern)
-        destination = scratch / str(number)
-        destination.mkdir()
         try:
-            local = engine.extract_from_image(image, fixed, destination)
-        except XlaImagesError as error:
-            if _is_missing_path(error):
+            local = engine.extract_from_image(image, fixed, scratch / str(number))
+        except Exception as error:  # noqa: BLE001 - sorted by the engine's rule, anything else propagates
+            rule = getattr(error, "rule", None)
+            if rule == "image-path-exists":
                 continue
+            if rule == "image-exists":
+                raise _usage_error(f"{image} is neither an existing path nor an image on this engine",
+                                   hint="check the path, or build/pull the image first") from None
             raise
         matches = sorted(local.glob(wildcard)) if wildcard else [local]
         found.extend((str(Path(fixed, match.relative_to(local))), match) for match in matches if match.is_dir())
@@ -984,11 +1151,6 @@ def _split_glob(pattern: str) -> tuple[str, str]:
     return pattern, ""
 
 
-def _is_missing_path(error: Exception) -> bool:
-    text = str(error).lower()
-    return "not found" in text or "no such file" in text or "does not exist" in text
-
-
 # --------------------------------------------------------------------------------------------------------------
 # plain-text output and the standalone command line
 # --------------------------------------------------------------------------------------------------------------
@@ -998,7 +1160,10 @@ def format_package(report: PackageReport) -> str:
     lines = [f"{report.path} [{report.kind}] abi={report.abi} platform={report.platform_tag or '-'}",
              f"  verdict: {report.verdict}"]
     for item in report.shared_objects:
-        bundled = " (bundled runtime, not counted)" if item.bundled_runtime else ""
+        notes = ["bundled toolchain runtime"] if item.bundled_runtime else []
+        if item.abi_basis != INTERFACE_BASIS:
+            notes.append(f"from {item.abi_basis}")
+        bundled = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"  {item.abi:<9} glibc={item.glibc or '-':<5} glibcxx={item.glibcxx or '-':<7} "
                      f"cxx11={item.cxx11_symbols:<6} pre={item.pre_cxx11_symbols:<6} {item.path}{bundled}")
     return "\n".join(lines)
@@ -1030,12 +1195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--json", action="store_true", help="machine-readable output")
     arguments = parser.parse_args(argv)
     try:
+        one = is_path_target(arguments.target)
         if arguments.command == "inspect":
             packages = inspect_target(arguments.target)
-            _emit(packages, arguments.json, format_package)
+            _emit(packages, arguments.json, format_package, one)
             return 0
         checks = check_target(arguments.target)
-        _emit(checks, arguments.json, format_check)
+        _emit(checks, arguments.json, format_check, one)
         return 0 if all(report.compatible for report in checks) else 1
     except Exception as error:  # noqa: BLE001 - only usage errors are turned into exit code 2
         if getattr(error, "exit_code", None) == 2:
@@ -1044,9 +1210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def _emit(reports: Sequence, as_json: bool, formatter) -> None:
+def _emit(reports: Sequence, as_json: bool, formatter, one: bool) -> None:
     if as_json:
-        document = reports[0].to_json() if len(reports) == 1 else [report.to_json() for report in reports]
+        document = reports[0].to_json() if one else [report.to_json() for report in reports]
         print(json.dumps(document, indent=2))
     else:
         print("\n\n".join(formatter(report) for report in reports))

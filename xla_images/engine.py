@@ -5,19 +5,29 @@ engine, missing image) become `Failure`s with a hint, never SDK tracebacks.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
+import re
+import socket
 import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable
 
 import docker
 import docker.errors
+import requests
+import urllib3
 
 from .errors import Failure
 
 START_HINT = "start one with `ci/engine.sh start` (installs and runs dockerd), then check with `build.py doctor`"
 # Containers this toolkit creates carry this label, so a sweep can find exactly ours.
 CREATED_BY_LABEL = "io.xla-images.created-by"
+LineSink = Callable[[str], None]
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,4 +130,539 @@ def _short(error: Exception) -> str:
     return str(explanation or error).strip()
 
 
+# --- engine facts, images and builds (build side) ---
+
+def engine_info() -> dict:
+    """`docker info`: DockerRootDir, Driver, CgroupDriver, ServerVersion..."""
+    return client().info()
+
+
+def image_labels(ref: str) -> dict[str, str] | None:
+    """The image's labels ({} when it has none), or None when no such image is on the engine."""
+    attrs = image_inspect(ref)
+    if attrs is None:
+        return None
+    return dict((attrs.get("Config") or {}).get("Labels") or {})
+
+
+def image_layers(ref: str) -> list[str]:
+    """Diff ids of the image's layers, bottom first (equal ids = the same bytes, stored once)."""
+    attrs = image_inspect(ref)
+    if attrs is None:
+        raise Failure(f"image {ref} is not on this engine", rule="image-exists")
+    return list((attrs.get("RootFS") or {}).get("Layers") or [])
+
+
+def distribution_error(ref: str) -> str | None:
+    """None when the registry of `ref` serves it (asked without pulling), else why not."""
+    try:
+        api().inspect_distribution(ref)
+        return None
+    except (docker.errors.APIError, requests.exceptions.RequestException) as error:
+        return _short(error).splitlines()[0][:200]
+
+
+def images_labelled(labels: dict[str, str]) -> list[dict]:
+    """Images carrying all these labels (engine list entries: Id, RepoTags, Labels, Created, Size)."""
+    return api().images(filters={"label": [f"{key}={value}" for key, value in labels.items()]})
+
+
+def import_rootfs(chunks: Iterable[bytes], repository: str, tag: str, changes: list[str]) -> str:
+    """`docker import` a root filesystem tar stream as `repository:tag`; Dockerfile `changes` add config.
+
+    Returns the new image id. The engine tags only a complete import, so a broken stream tags nothing.
+    """
+    try:
+        output = api().import_image(src=iter(chunks), repository=repository, tag=tag, changes=changes,
+                                    stream_src=True)
+    except (docker.errors.APIError, requests.exceptions.ConnectionError) as error:
+        raise Failure(f"importing {repository}:{tag} failed: {_short(error)}", rule="engine-import") from None
+    for line in reversed(str(output).splitlines()):
+        if '"error"' in line:
+            raise Failure(f"importing {repository}:{tag} failed: {line}", rule="engine-import")
+    attrs = image_inspect(f"{repository}:{tag}")
+    if attrs is None:
+        raise Failure(f"the engine did not keep the imported {repository}:{tag}", rule="engine-import")
+    return str(attrs["Id"])
+
+
+def remove_if_unnamed(image_id: str) -> bool:
+    """Remove an image that has no tag and no container; True if it was removed."""
+    attrs = image_inspect(image_id)
+    if attrs is None or attrs.get("RepoTags"):
+        return False
+    try:
+        api().remove_image(image_id)
+        return True
+    except docker.errors.APIError:
+        return False  # a container uses it, or it has children: keep it
+
+
+class BuildAborted(Exception):
+    """The build was cancelled from another thread (Ctrl-C / SIGTERM); the engine stops it on disconnect."""
+
+
+@dataclass
+class BuildTrace:
+    """What one build touched, read off its output: enough to clean up after it and nothing more."""
+
+    started: float = field(default_factory=time.time)
+    # Short (12 hex) ids of every image a step produced or reused, in order; the first is the base.
+    images: list[str] = field(default_factory=list)
+    # Short ids of the containers RUN steps ran in.
+    containers: list[str] = field(default_factory=list)
+    image_id: str | None = None
+
+
+_STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12})$")
+_STEP_CONTAINER = re.compile(r"^ ---> Running in ([0-9a-f]{12})$")
+
+
+class StreamingBuild:
+    """One classic-builder build whose output is streamed, and which another thread may abort.
+
+    Aborting shuts the build's connection down: the engine then cancels the build and kills and removes the
+    container of the step in progress. Each build has its own connection, so aborting one never touches
+    another.
+    """
+
+    def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None) -> None:
+        self.context = Path(context)
+        self.buildargs = dict(buildargs)
+        self.labels = dict(labels or {})
+        self.trace = BuildTrace()
+        self._aborted = threading.Event()
+        self._responses: list[requests.Response] = []
+        self._lock = threading.Lock()
+
+    def run(self, on_line: LineSink) -> str:
+        """Build untagged; return the image id. Raises Failure on a failed step, BuildAborted if aborted."""
+        own = docker.from_env(version=api().api_version, timeout=None).api
+        own.hooks["response"].append(self._remember)
+        try:
+            events = own.build(path=str(self.context), buildargs=self.buildargs, labels=self.labels, rm=True,
+                               forcerm=True, decode=True, pull=False)
+            if self._aborted.is_set():
+                self._disconnect()
+            for event in events:
+                self._handle(event, on_line)
+        except Exception as error:
+            if self._aborted.is_set():
+                raise BuildAborted() from None  # whatever the cut connection raised
+            if isinstance(error, (docker.errors.APIError, requests.exceptions.RequestException,
+                                  urllib3.exceptions.HTTPError, OSError)):
+                raise Failure(f"the engine failed the build: {_short(error)}", rule="build") from None
+            raise
+        finally:
+            own.close()
+        if self._aborted.is_set():
+            raise BuildAborted()
+        if not self.trace.image_id:
+            raise Failure("the build ended without an image (the engine closed the stream)", rule="build")
+        return self.trace.image_id
+
+    def abort(self) -> None:
+        self._aborted.set()
+        self._disconnect()
+
+    def _remember(self, response: requests.Response, *args, **kwargs) -> None:
+        with self._lock:
+            self._responses.append(response)
+
+    def _disconnect(self) -> None:
+        with self._lock:
+            responses = list(self._responses)
+        for response in responses:
+            # shutdown() (unlike close()) wakes the thread blocked reading this socket.
+            sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def _handle(self, event: dict, on_line: LineSink) -> None:
+        if "error" in event:
+            raise Failure(str(event["error"]).strip(), rule="build")
+        aux = event.get("aux") or {}
+        if aux.get("ID"):
+            self.trace.image_id = str(aux["ID"])
+        text = event.get("stream")
+        if not text:
+            return
+        for line in text.splitlines():
+            self._note(line)
+            if line.strip():
+                on_line(line)
+
+    def _note(self, line: str) -> None:
+        found = _STEP_CONTAINER.match(line)
+        if found:
+            self.trace.containers.append(found.group(1))
+            return
+        found = _STEP_IMAGE.match(line)
+        if found:
+            self.trace.images.append(found.group(1))
+
+
+def remove_build_leftovers(traces: list[BuildTrace], keep: set[str], settle_seconds: float = 30) -> list[str]:
+    """Remove what finished, failed or aborted builds left behind; return what was removed.
+
+    Call it only when none of these builds is still running (their step containers would look leftover).
+    Containers: those the builds' steps ran in or created from their images since they started (the engine
+    removes them itself with forcerm, but an abort races with it). Images: the builds' own untagged images
+    without children, i.e. a failed stage's last step or a finished stage not copied into the result;
+    removing one also removes its untagged parents nobody else uses. Image ids in `keep` stay.
+    """
+    if not traces:
+        return []
+    removed = _remove_step_containers(traces, settle_seconds)
+    dangling = {item["Id"] for item in api().images(filters={"dangling": True})}
+    keep_short = {_short_id(image) for image in keep}
+    for trace in traces:
+        for short in reversed(trace.images):
+            match = next((image for image in dangling if _short_id(image) == short), None)
+            if match is None or short in keep_short:
+                continue
+            with contextlib.suppress(docker.errors.NotFound):
+                try:
+                    api().remove_image(match)
+                    removed.append(f"image {short}")
+                except docker.errors.APIError as error:
+                    removed.append(f"image {short} kept: {_short(error)}")
+            dangling.discard(match)
+    return removed
+
+
+def _remove_step_containers(traces: list[BuildTrace], settle_seconds: float) -> list[str]:
+    since = min(trace.started for trace in traces) - 1
+    images = {short for trace in traces for short in trace.images}
+    named = {short for trace in traces for short in trace.containers}
+    removed: list[str] = []
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        leftovers = [item for item in api().containers(all=True)
+                     if item["Created"] >= since
+                     and (item["Id"][:12] in named or _short_id(item.get("ImageID", "")) in images)]
+        running = [item for item in leftovers if item.get("State") == "running"]
+        # The engine kills an aborted step itself; give it a moment before forcing.
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for item in leftovers:
+        remove_container(item["Id"])
+        removed.append(f"container {item['Id'][:12]}")
+    return removed
+
+
+def _short_id(image_id: str) -> str:
+    return image_id.removeprefix("sha256:")[:12]
+
+
 # --- registry and containers (publish) ---
+# Containers for image checks, the smoke suite and benchmarks; pushes, pulls and image inspection for
+# publishing. Every container started here is labelled CREATED_BY_LABEL=<role> and removed by the function
+# that started it, even on Ctrl-C (removal goes by the container's name, which exists before its id does).
+# Imports of this section only (the top of the file belongs to the build side).
+import contextlib  # noqa: E402
+import secrets  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Callable, Iterator  # noqa: E402
+
+import requests  # noqa: E402
+
+LineSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to start a container: extra environment, and the TPU VM settings (privileged, host network, shm)."""
+
+    environment: dict[str, str] = field(default_factory=dict)
+    privileged: bool = False
+    network_mode: str | None = None
+    shm_size: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    exit_code: int
+    output: str
+    seconds: float
+
+
+@contextlib.contextmanager
+def running_container(image: str, command: list[str], *, role: str,
+                      options: RunOptions | None = None) -> Iterator[str]:
+    """Start a detached container and yield its id; it is force-removed on leaving, whatever happened."""
+    options = options or RunOptions()
+    name = f"xla-images-{role}-{secrets.token_hex(6)}"
+    try:
+        container = client().containers.create(
+            image, command=command, name=name, labels={CREATED_BY_LABEL: role},
+            environment=options.environment, privileged=options.privileged,
+            network_mode=options.network_mode, shm_size=options.shm_size, detach=True)
+        container.start()
+        yield container.id
+    except docker.errors.ImageNotFound:
+        raise Failure(f"image {image} is not on this engine", rule="image-exists",
+                      hint="build it with `build.py build TAG` or pull it with `build.py pull`") from None
+    except docker.errors.APIError as error:
+        raise Failure(f"cannot run a container of {image}: {_short(error)}", rule="engine-run") from None
+    finally:
+        remove_container(name)
+
+
+def run_container(image: str, command: list[str], *, role: str, options: RunOptions | None = None,
+                  timeout: float = 3600, copy_out: tuple[str, Path] | None = None,
+                  on_line: LineSink | None = None) -> ContainerRun:
+    """Run `command` to its end in a fresh container; optionally copy a directory out before removal.
+
+    `on_line` sees the output live, called from this thread (so it may raise, e.g. KeyboardInterrupt); the
+    timeout holds either way, and the container is removed on every way out.
+    """
+    import time
+
+    started = time.monotonic()
+    with running_container(image, command, role=role, options=options) as container_id:
+        if on_line is not None:
+            output = _relay_output(container_id, image, on_line, started + timeout)
+        exit_code = _wait(container_id, image, timeout - (time.monotonic() - started))
+        if on_line is None:
+            output = _logs(container_id)
+        if copy_out is not None:
+            # A command that died before writing leaves nothing to copy; the caller sees the exit code.
+            copy_from_container(container_id, copy_out[0], copy_out[1], missing_ok=True)
+    return ContainerRun(exit_code, output, time.monotonic() - started)
+
+
+def _relay_output(container_id: str, image: str, on_line: LineSink, deadline: float) -> str:
+    """Follow the logs in a helper thread; hand each line to `on_line` here, until the stream ends."""
+    import queue
+    import threading
+    import time
+
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def follow() -> None:
+        try:
+            for line in _follow_lines(container_id):
+                lines.put(line)
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            pass  # the container went away (removed on timeout or interrupt): nothing more to relay
+        finally:
+            lines.put(None)
+
+    threading.Thread(target=follow, name=f"logs-{container_id[:12]}", daemon=True).start()
+    seen: list[str] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Failure(f"a container of {image} did not finish in time", rule="container-timeout",
+                          hint="it was removed; raise the timeout or look at the command it ran")
+        try:
+            line = lines.get(timeout=min(remaining, 0.5))
+        except queue.Empty:
+            continue
+        if line is None:
+            return "\n".join(seen)
+        seen.append(line)
+        on_line(line)
+
+
+def _follow_lines(container_id: str) -> Iterator[str]:
+    pending = b""
+    for chunk in api().logs(container_id, stream=True, follow=True, stdout=True, stderr=True):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", errors="replace")
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
+
+
+def _wait(container_id: str, image: str, timeout: float) -> int:
+    try:
+        return int(api().wait(container_id, timeout=max(timeout, 1.0))["StatusCode"])
+    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+        raise Failure(f"a container of {image} did not finish within {timeout:.0f} s", rule="container-timeout",
+                      hint="it was removed; raise the timeout or look at the command it ran") from None
+
+
+def _logs(container_id: str) -> str:
+    return api().logs(container_id, stdout=True, stderr=True).decode("utf-8", errors="replace")
+
+
+def copy_from_container(container_id: str, container_path: str, dest: Path, *, missing_ok: bool = False) -> Path:
+    """Copy the contents of directory `container_path` into `dest` (streamed through a spooled file)."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        stream, _ = api().get_archive(container_id, container_path)
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            for chunk in stream:
+                spool.write(chunk)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool, mode="r:") as tar:
+                tar.extractall(dest, filter=_strip_top_filter)
+    except docker.errors.NotFound:
+        if missing_ok:
+            return dest
+        raise Failure(f"{container_path} does not exist in the container", rule="container-path-exists") from None
+    except tarfile.TarError as error:
+        raise Failure(f"refusing to extract {container_path}: {error}", rule="safe-extract") from None
+    return dest
+
+
+def _strip_top_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """`reports/smoke.json` -> `smoke.json`; the top directory itself is dropped. Safe like the data filter."""
+    _, sep, rest = member.name.partition("/")
+    if not sep or not rest:
+        return None
+    try:
+        return tarfile.data_filter(member.replace(name=rest, deep=False), path)
+    except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
+        return None
+
+
+def put_into_container(container_id: str, dest_dir: str, sources: dict[str, Path]) -> None:
+    """Copy host files or directories into `dest_dir` (created), each under its key; caches skipped."""
+    import io as _io
+
+    buffer = _io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, source in sources.items():
+            tar.add(source, arcname=name, filter=lambda info: None if "__pycache__" in info.name else info)
+    try:
+        exec_id = api().exec_create(container_id, ["mkdir", "-p", dest_dir])["Id"]
+        api().exec_start(exec_id)
+        api().put_archive(container_id, dest_dir, buffer.getvalue())
+    except docker.errors.APIError as error:
+        raise Failure(f"cannot copy files into the container: {_short(error)}", rule="container-copy") from None
+
+
+def containers_created_by(role: str | None = None) -> list[str]:
+    """Ids of containers (running or not) this toolkit created, optionally only of one role."""
+    label = f"{CREATED_BY_LABEL}={role}" if role else CREATED_BY_LABEL
+    return [item["Id"] for item in api().containers(all=True, filters={"label": label})]
+
+
+def image_inspect(ref: str) -> dict | None:
+    """The engine's inspect document of an image (Id, Config.Labels, Config.Env, RepoDigests), or None."""
+    try:
+        return api().inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as error:
+        if getattr(error, "status_code", None) == 404:
+            return None
+        raise Failure(f"cannot inspect {ref}: {_short(error)}", rule="engine-inspect") from None
+
+
+def image_history(ref: str) -> list[dict]:
+    """One entry per layer-producing step, newest first (CreatedBy, Comment, Size)."""
+    try:
+        return list(api().history(ref))
+    except docker.errors.ImageNotFound:
+        raise Failure(f"image {ref} is not on this engine", rule="image-exists") from None
+
+
+def save_image_stream(ref: str) -> Iterator[bytes]:
+    """`docker save` as a stream of chunks: read it once, never held whole (images reach 8 GB)."""
+    try:
+        yield from api().get_image(ref, chunk_size=4 << 20)
+    except docker.errors.ImageNotFound:
+        raise Failure(f"image {ref} is not on this engine", rule="image-exists") from None
+    except docker.errors.APIError as error:
+        raise Failure(f"cannot export {ref}: {_short(error)}", rule="engine-save") from None
+
+
+def tag_image(image: str, repository: str, tag: str) -> None:
+    try:
+        api().tag(image, repository, tag, force=True)
+    except docker.errors.APIError as error:
+        raise Failure(f"cannot tag {image} as {repository}:{tag}: {_short(error)}", rule="engine-tag") from None
+
+
+def remove_tag(ref: str) -> None:
+    """Drop one name of an image; the image stays while other names or containers use it. Absent is fine."""
+    try:
+        api().remove_image(ref, noprune=True)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as error:
+        if getattr(error, "status_code", None) != 404:
+            raise Failure(f"cannot untag {ref}: {_short(error)}", rule="engine-untag") from None
+
+
+def remove_image(ref: str, *, force: bool = False) -> bool:
+    """Remove an image by name or id (with its now-unused layers). False when it was not there."""
+    try:
+        api().remove_image(ref, force=force)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.APIError as error:
+        raise Failure(f"cannot remove {ref}: {_short(error)}", rule="engine-remove") from None
+
+
+def push_image(repository: str, tag: str, auth_config: dict | None, on_line: LineSink | None = None) -> str:
+    """Push `repository:tag`; return the manifest digest the engine reports. Errors become Failures."""
+    digest = None
+    try:
+        for event in api().push(repository, tag=tag, stream=True, decode=True, auth_config=auth_config):
+            if "error" in event:
+                raise Failure(f"push of {repository}:{tag} failed: {event['error'].strip()}", rule="push",
+                              hint=_registry_hint(repository))
+            digest = (event.get("aux") or {}).get("Digest", digest)
+            if on_line is not None and event.get("status") and not event.get("progressDetail"):
+                on_line(f"  {event.get('id', '')} {event['status']}".rstrip())
+    except (docker.errors.APIError, requests.exceptions.ConnectionError) as error:
+        raise Failure(f"push of {repository}:{tag} failed: {_short(error)}", rule="push",
+                      hint=_registry_hint(repository)) from None
+    if not digest:
+        raise Failure(f"the engine reported no digest for {repository}:{tag}", rule="push")
+    return digest
+
+
+def pull_image(ref: str, auth_config: dict | None, on_line: LineSink | None = None) -> str:
+    """Pull `ref` (a tag or `@sha256:` digest reference); return the local image id."""
+    try:
+        for event in api().pull(ref, stream=True, decode=True, auth_config=auth_config):
+            if "error" in event:
+                raise Failure(f"pull of {ref} failed: {event['error'].strip()}", rule="pull",
+                              hint=_registry_hint(ref))
+            if on_line is not None and event.get("status") and not event.get("progressDetail"):
+                on_line(f"  {event.get('id', '')} {event['status']}".rstrip())
+    except (docker.errors.APIError, requests.exceptions.ConnectionError) as error:
+        raise Failure(f"pull of {ref} failed: {_short(error)}", rule="pull", hint=_registry_hint(ref)) from None
+    attrs = image_inspect(ref)
+    if attrs is None:
+        raise Failure(f"{ref} is not on the engine after its pull", rule="pull")
+    return str(attrs["Id"])
+
+
+def _registry_hint(ref: str) -> str:
+    host = ref.split("/", 1)[0]
+    return (f"is the registry {host} up? (`ci/registry.sh start` for the suite registry); "
+            "credentials come from XLA_IMAGES_REGISTRY_USER/_PASSWORD or `docker login`")
+
+
+def build_directory(context: Path, tag: str, buildargs: dict[str, str] | None = None,
+                    on_line: LineSink | None = None) -> str:
+    """Build a plain Dockerfile directory (examples, test images) with the classic builder; return the id."""
+    image_id = None
+    try:
+        for event in api().build(path=str(context), tag=tag, buildargs=buildargs or {}, rm=True,
+                                 forcerm=True, decode=True):
+            if "error" in event:
+                raise Failure(f"building {context} failed: {event['error'].strip()}", rule="build")
+            if "stream" in event and on_line is not None:
+                text = event["stream"].rstrip("\n")
+                if text:
+                    on_line(text)
+            image_id = (event.get("aux") or {}).get("ID", image_id)
+    except docker.errors.APIError as error:
+        raise Failure(f"building {context} failed: {_short(error)}", rule="build") from None
+    if not image_id:
+        raise Failure(f"building {context} reported no image", rule="build")
+    return str(image_id)

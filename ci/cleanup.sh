@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Remove what a test or main-job run created: xla-images images and their build cache, stopped containers
+# created from them, and the registry's data. Leaves the engine, the registry process and base images running.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+say() { printf 'cleanup: %s\n' "$*"; }
+
+if docker info >/dev/null 2>&1; then
+    mapfile -t images < <(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^(xla-images|127\.0\.0\.1:[0-9]+/)' \
+        | grep -v '^xla-images/base:' || true)
+    if [ "${#images[@]}" -gt 0 ]; then
+        say "removing ${#images[@]} image tag(s)"
+        docker rmi --force "${images[@]}" >/dev/null || true
+    fi
+    docker image prune --force >/dev/null
+    docker builder prune --force >/dev/null 2>&1 || true
+fi
+bash "$ROOT/ci/registry.sh" wipe || true
+df -h / | tail -1 | awk '{print "cleanup: disk free " $4}'

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Run a Docker engine for xla-images on a host without systemd (CI runners, containers, dev VMs).
+#
+#   ci/engine.sh install   install the Debian packages the toolkit needs (docker.io, debootstrap, shellcheck,
+#                          libpython3.11 for torch_xla on the host); apt-get update runs once, only if needed
+#   ci/engine.sh start     start dockerd in the background (overlay2, cgroupfs, unix socket only) and wait
+#                          until `docker info` answers
+#   ci/engine.sh stop      stop the dockerd this script started (TERM, wait, then KILL)
+#   ci/engine.sh status    say whether an engine answers; exit 0 if it does, 3 if not
+#
+# Every command is idempotent. State (pid file, log) lives under ${XLA_IMAGES_STATE:-/var/lib/xla-images}.
+# Environment: XLA_IMAGES_STATE; ENGINE_TIMEOUT (seconds to wait for start/stop, default 60); DOCKER_HOST
+# (a unix:// socket, default unix:///var/run/docker.sock); ENGINE_DOCKERD_ARGS (extra dockerd options, e.g.
+# a second engine beside the first: "--data-root DIR --exec-root DIR --bridge none --iptables=false").
+set -euo pipefail
+
+STATE_DIR="${XLA_IMAGES_STATE:-/var/lib/xla-images}"
+PID_FILE="$STATE_DIR/dockerd.pid"
+LOG_FILE="$STATE_DIR/dockerd.log"
+SOCKET="${DOCKER_HOST:-unix:///var/run/docker.sock}"
+TIMEOUT="${ENGINE_TIMEOUT:-60}"
+PACKAGES=(docker.io debootstrap shellcheck libpython3.11)
+
+case "$SOCKET" in
+    unix://*) ;;
+    *) printf 'engine: error: DOCKER_HOST must be a unix:// socket (the engine never listens on TCP)\n' >&2; exit 2 ;;
+esac
+export DOCKER_HOST="$SOCKET"
+read -r -a EXTRA_ARGS <<<"${ENGINE_DOCKERD_ARGS:-}"
+
+say() { printf 'engine: %s\n' "$*"; }
+die() { printf 'engine: error: %s\n' "$*" >&2; exit 1; }
+
+need_root() {
+    [ "$(id -u)" -eq 0 ] || die "'$1' needs root (run it with sudo)"
+}
+
+engine_answers() {
+    docker info --format '{{.ServerVersion}}' >/dev/null 2>&1
+}
+
+missing_packages() {
+    local package
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || echo "$package"
+    done
+}
+
+install_packages() {
+    local missing
+    mapfile -t missing < <(missing_packages "$@")
+    if [ "${#missing[@]}" -eq 0 ]; then
+        say "packages already installed: $*"
+        return 0
+    fi
+    need_root install
+    say "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+our_pid() {
+    # The pid of the dockerd this script started, if it is still alive.
+    [ -f "$PID_FILE" ] || return 1
+    local pid
+    pid="$(cat "$PID_FILE")"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+start() {
+    if engine_answers; then
+        say "already running: $(docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}, cgroup {{.CgroupDriver}}')"
+        return 0
+    fi
+    need_root start
+    command -v dockerd >/dev/null || die "dockerd is not installed; run: ci/engine.sh install"
+    mkdir -p "$STATE_DIR"
+    say "starting dockerd (log: $LOG_FILE)"
+    # Only the unix socket: no TCP listener. Published container ports default to loopback too.
+    setsid nohup dockerd \
+        --host "$SOCKET" \
+        --storage-driver overlay2 \
+        --exec-opt native.cgroupdriver=cgroupfs \
+        --ip 127.0.0.1 \
+        --pidfile "$PID_FILE" \
+        "${EXTRA_ARGS[@]}" \
+        >>"$LOG_FILE" 2>&1 </dev/null &
+    local started=$! waited=0
+    until engine_answers; do
+        if ! kill -0 "$started" 2>/dev/null; then
+            tail -n 20 "$LOG_FILE" >&2 || true
+            die "dockerd exited during start-up (log above, full log: $LOG_FILE)"
+        fi
+        if [ "$waited" -ge "$TIMEOUT" ]; then
+            tail -n 20 "$LOG_FILE" >&2 || true
+            die "dockerd did not answer within ${TIMEOUT}s (log above, full log: $LOG_FILE)"
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    say "running: $(docker info --format 'dockerd {{.ServerVersion}}') after ${waited}s"
+}
+
+stop() {
+    local pid
+    if ! pid="$(our_pid)"; then
+        if engine_answers; then
+            say "an engine answers, but not one this script started ($PID_FILE); leaving it alone"
+        else
+            say "not running"
+        fi
+        return 0
+    fi
+    need_root stop
+    say "stopping dockerd (pid $pid)"
+    kill -TERM "$pid"
+    local waited=0
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$waited" -ge "$TIMEOUT" ]; then
+            say "dockerd ignored TERM for ${TIMEOUT}s; killing it"
+            kill -KILL "$pid" 2>/dev/null || true
+            break
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    rm -f "$PID_FILE"
+    say "stopped"
+}
+
+status() {
+    if engine_answers; then
+        local pid
+        pid="$(our_pid || echo 'not started by this script')"
+        say "running: $(docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}, root {{.DockerRootDir}}') (pid: $pid)"
+        return 0
+    fi
+    say "not running (start it with: ci/engine.sh start)"
+    return 3
+}
+
+case "${1:-}" in
+    install) install_packages "${PACKAGES[@]}" ;;
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    *) echo "usage: $0 {install|start|stop|status}" >&2; exit 2 ;;
+esac

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run every test this machine can run: unit, engine (real Docker engine + registry) and xla (real torch_xla),
+# including one real torch_xla image built, checked, smoke-tested, pushed, resolved and pulled.
+# Sets everything up first (ci/setup.sh) and cleans up what the tests created afterwards.
+#
+#   ci/test.sh                 all suites
+#   ci/test.sh -m unit         pytest options pass through (here: unit tests only)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+cd "$ROOT"
+
+bash ci/setup.sh
+trap 'bash ci/cleanup.sh' EXIT
+
+export XLA_IMAGES_TEST_CLEANUP="${XLA_IMAGES_TEST_CLEANUP:-1}"
+"$VENV/bin/python" -m pytest tests -p no:cacheprovider "$@"

@@ -1,0 +1,234 @@
+"""`build` against the real engine, with throw-away projects whose wheels are tiny local ones.
+
+What is under test is the orchestration and the real Dockerfile: tags and labels, the skip of an up-to-date
+flavour, --keep-going, interrupts, what is left behind, the CA staying out of the image, layer sharing.
+The real torch_xla flavour is built by the end-to-end test (test_e2e*.py).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from xla_images import build, engine
+from xla_images.build import BuildOptions, Outcome
+
+OLD, NEW = "8.71.0", "8.72.0"
+
+
+@pytest.fixture(scope="module")
+def built(make_project):
+    """Two flavours of python 3.11 built once, two at a time, for the tests that only look at them."""
+    project = make_project(OLD, NEW)
+    plan = project.plan()
+    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), _Quiet())
+    assert [result.outcome for result in results] == [Outcome.BUILT, Outcome.BUILT], [r.message for r in results]
+    return project
+
+
+def test_build_tags_flavour_and_aliases_with_labels(built) -> None:
+    plan = built.plan()
+    for flavour in plan.flavours:
+        attrs = engine.image_inspect(build.local_ref(flavour))
+        assert attrs is not None, f"{build.local_ref(flavour)} was not tagged"
+        labels = attrs["Config"]["Labels"]
+        assert labels[build.FLAVOUR_ID_LABEL] == flavour.id
+        assert labels["io.xla-images.tag"] == flavour.tag
+        assert labels["org.opencontainers.image.base.name"].startswith("xla-images-test/base:3.11-")
+        assert f"XLA_IMAGES_TORCH_XLA={flavour.torch_xla}" in attrs["Config"]["Env"]
+        assert flavour.aliases, "the test matrix gives each flavour a minor alias"
+        for alias in flavour.aliases:
+            assert engine.image_inspect(build.local_ref(flavour, alias))["Id"] == attrs["Id"]
+        log = plan.root / "reports" / flavour.tag / "build.log"
+        text = log.read_text()
+        assert "Successfully built" in text and f"id {flavour.id}" in text
+
+
+def test_image_holds_the_locked_wheels(built) -> None:
+    flavour = built.flavour(NEW)
+    run = engine.run_container(build.local_ref(flavour),
+                               ["python", "-c", "import torch, torch_xla; print(torch.__version__, torch.MARKER)"],
+                               role="test")
+    assert run.exit_code == 0, run.output
+    assert run.output.split() == [NEW, f"{built.wheel_marker}-torch-{NEW}"]
+
+
+def test_up_to_date_flavour_is_skipped(built, reporter, capsys) -> None:
+    plan = built.plan()
+    before = {flavour.tag: built.image_id(flavour.torch_xla) for flavour in plan.flavours}
+    started = time.monotonic()
+    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(), reporter)
+    seconds = time.monotonic() - started
+    with capsys.disabled():
+        print(f"\nno-op rebuild of {len(results)} flavours: {seconds:.2f} s")
+    assert [result.outcome for result in results] == [Outcome.SKIPPED, Outcome.SKIPPED]
+    assert {result.flavour.tag: result.image_id for result in results} == before
+
+
+def test_changed_input_is_rebuilt_and_force_rebuilds(built, reporter, no_leaked_containers) -> None:
+    flavour = built.flavour(OLD)
+    before = built.image_id(OLD)
+    results = build.build_flavours(built.plan(), [flavour], BuildOptions(force=True), reporter)
+    assert results[0].outcome is Outcome.BUILT
+    # The smoke suite is an input of the id: changing it makes the image out of date.
+    (built.root / "smoke" / "xla_smoke" / "extra_for_test.py").write_text("# changed\n")
+    changed = built.flavour(OLD)
+    assert changed.id != flavour.id
+    results = build.build_flavours(built.plan(), [changed], BuildOptions(), reporter)
+    assert results[0].outcome is Outcome.BUILT
+    assert built.image_id(OLD) != before
+    assert engine.image_labels(build.local_ref(changed))[build.FLAVOUR_ID_LABEL] == changed.id
+
+
+def test_ca_bundle_is_in_no_layer_of_the_image(built) -> None:
+    flavour = built.flavour(NEW)
+    ca = built.ca_marker.encode()
+    wheel = built.wheel_marker.encode()
+    found = _scan(engine.save_image_stream(build.local_ref(flavour)), [ca, wheel])
+    # Control: the scan does read the layers (the venv's torch carries the wheel marker).
+    assert found[wheel], "layer scan did not find the wheel marker: the scan is broken"
+    assert not found[ca], "the CA bundle's bytes are in a layer of the runtime image"
+
+
+def test_flavours_of_one_python_share_the_base_stage_layers(built, test_base: str) -> None:
+    old, new = (engine.image_layers(build.local_ref(built.flavour(version))) for version in (OLD, NEW))
+    base_layers = engine.image_layers(test_base)
+    # The base image's layers plus the base stage's venv layer are one set of layers, stored once.
+    shared = len(base_layers) + 1
+    assert old[:len(base_layers)] == base_layers
+    assert old[:shared] == new[:shared]
+    assert old[shared] != new[shared], "the venv layers should differ: the flavours install other wheels"
+
+
+def test_missing_lock_fails_naming_the_lock_command(make_project, reporter, no_leaked_containers) -> None:
+    project = make_project("8.73.0")
+    flavour = project.flavour("8.73.0")
+    project.plan().lock_path(flavour).unlink()
+    results = build.build_flavours(project.plan(), [project.flavour("8.73.0")], BuildOptions(), reporter)
+    assert results[0].outcome is Outcome.FAILED
+    assert "no lock" in results[0].message
+    assert f"./build.py lock {flavour.tag}" in results[0].log.read_text()
+    assert project.image_id("8.73.0") is None
+
+
+def test_base_without_python_fails_with_the_dockerfiles_message(make_project, test_base, session_id, reporter,
+                                                                dangling_images, no_leaked_containers,
+                                                                tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM {test_base}\nRUN rm /usr/bin/python3.11\n")
+    no_python = f"xla-images-test/no-python:{session_id}"
+    engine.build_directory(tmp_path, no_python)
+    project = make_project("8.80.0")
+    project.use_base(no_python)
+    results = build.build_flavours(project.plan(), project.flavours(), BuildOptions(), reporter)
+    assert results[0].outcome is Outcome.FAILED
+    assert results[0].base_image == no_python
+    assert "the base image has no python3.11 on PATH" in results[0].log.read_text()
+    assert project.image_id("8.80.0") is None
+    assert not dangling_images()
+
+
+def test_keep_going_builds_the_others_and_exits_1(make_project, dangling_images, no_leaked_containers) -> None:
+    project = make_project("8.74.0", "8.75.0")
+    project.break_lock("8.74.0")
+    bad, good = project.flavour("8.74.0"), project.flavour("8.75.0")
+    result = project.cli("build", "--keep-going", bad.tag, good.tag)
+    assert result.returncode == 1, result.stderr
+    assert project.image_id("8.74.0") is None
+    assert project.image_id("8.75.0") is not None
+    summary = [line for line in result.stderr.splitlines() if line.startswith(("r8.74.0", "r8.75.0"))]
+    assert any(line.startswith(bad.tag) and "failed" in line for line in summary), result.stderr
+    assert any(line.startswith(good.tag) and "built" in line for line in summary), result.stderr
+    assert "1 of 2 flavour(s) failed" in result.stderr
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in (project.root / "reports" / bad.tag / "build.log").read_text()
+    assert not dangling_images()
+
+
+def test_without_keep_going_no_build_starts_after_a_failure(make_project, dangling_images,
+                                                           no_leaked_containers) -> None:
+    project = make_project("8.76.0", "8.77.0")
+    project.break_lock("8.76.0")
+    bad, other = project.flavour("8.76.0"), project.flavour("8.77.0")
+    result = project.cli("build", bad.tag, other.tag)
+    assert result.returncode == 1
+    assert project.image_id("8.76.0") is None and project.image_id("8.77.0") is None
+    assert any(line.startswith(other.tag) and "not started" in line for line in result.stderr.splitlines())
+    assert not dangling_images()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, dangling_images, no_leaked_containers,
+                                                           signum: int) -> None:
+    version = "8.78.0" if signum == signal.SIGTERM else "8.79.0"
+    project = make_project(version)
+    flavour = project.flavour(version)
+    assert project.cli("build", flavour.tag).returncode == 0
+    good = project.image_id(version)
+    # A new torch wheel with a large payload: a new flavour id, and a pip step slow enough to interrupt.
+    project.write_wheels(version, payload=os.urandom(400 << 20))
+    changed = project.flavour(version)
+    assert changed.id != flavour.id
+    log = project.root / "reports" / flavour.tag / "build.log"
+    log.unlink()
+    process = project.popen("build", changed.tag)
+    try:
+        _wait_for_step(log, "pip install", process)
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "interrupted: stopping 1 build(s)" in stderr
+    assert "Traceback" not in stderr
+    # The earlier good image keeps the tag; the interrupted build tagged nothing.
+    assert project.image_id(version) == good
+    assert engine.image_labels(build.local_ref(changed))[build.FLAVOUR_ID_LABEL] == flavour.id
+    assert not dangling_images()
+
+
+class _Quiet:
+    """A Reporter that shows nothing (module-scoped fixtures cannot use the `reporter` fixture)."""
+
+    def state(self, flavour, text: str) -> None:
+        pass
+
+    def line(self, flavour, text: str) -> None:
+        pass
+
+    def finished(self, result) -> None:
+        pass
+
+    def notice(self, text: str) -> None:
+        pass
+
+
+def _wait_for_step(log: Path, words: str, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the build runs the step containing `words` (its container started)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"build ended before the step: {process.communicate()}"
+        if log.is_file():
+            lines = log.read_text().splitlines()
+            step = next((index for index, line in enumerate(lines) if line.startswith("Step ") and words in line),
+                        None)
+            if step is not None and any(line.startswith(" ---> Running in") for line in lines[step + 1:]):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the build never reached {words!r}")
+
+
+def _scan(chunks, needles: list[bytes]) -> dict[bytes, bool]:
+    """Which needles occur anywhere in a stream (`docker save`: layers are uncompressed tars)."""
+    found = {needle: False for needle in needles}
+    overlap = max(len(needle) for needle in needles) - 1
+    tail = b""
+    for chunk in chunks:
+        window = tail + chunk
+        for needle in needles:
+            found[needle] = found[needle] or needle in window
+        tail = window[-overlap:]
+    return found

@@ -1,0 +1,56 @@
+"""`build.py doctor` on this machine: the real engine, and with no engine or registry at all."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "build.py"), "doctor", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "CI": "true", **(env or {})})
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _line(output: str, name: str) -> str:
+    return next(line for line in output.splitlines() if line.split(maxsplit=1)[1].startswith(name))
+
+
+def test_doctor_reports_engine_bases_and_tools(bootstrapped_base) -> None:
+    result = _doctor()
+    assert "Traceback" not in result.stderr
+    engine_line = _line(result.stdout, "engine")
+    assert engine_line.startswith("ok") and "dockerd" in engine_line and "API 1." in engine_line
+    assert _line(result.stdout, "base python 3.11").startswith("ok")
+    assert "xla-images/base:3.11" in _line(result.stdout, "base python 3.11")
+    buildable = _line(result.stdout, "pythons buildable")
+    now = buildable.split("now: ", 1)[1].split(";")[0].split(", ")
+    assert "3.11" in now
+    for name in ("CA bundle", "disk", "shellcheck", "hadolint"):
+        _line(result.stdout, name)
+
+
+def test_doctor_names_the_fix_for_a_missing_registry_and_exits_1() -> None:
+    nobody = f"127.0.0.1:{_free_port()}/xla-images"
+    result = _doctor("--set", f"registry={nobody}")
+    assert result.returncode == 1
+    registry = result.stdout[result.stdout.index("missing  registry"):]
+    assert "fix: ci/registry.sh start" in registry
+    assert "required item(s) missing: registry" in result.stderr
+
+
+def test_doctor_without_an_engine_names_the_engine_script(tmp_path: Path) -> None:
+    result = _doctor(env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
+    assert result.returncode == 1
+    assert _line(result.stdout, "engine").startswith("missing")
+    assert "ci/engine.sh start" in result.stdout
+    assert "Traceback" not in result.stderr

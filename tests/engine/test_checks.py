@@ -1,0 +1,219 @@
+"""Image checks and the smoke runner on the real engine, with small images made for the purpose.
+
+The images start from the bootstrapped `xla-images/base:3.11` (python, no compiler) and carry a stand-in
+torch/torch_xla: python packages with the flavour's versions and ABI flag but no shared libraries. That is
+enough to show each check passing where it should and failing where something was planted. The real
+flavour image is checked end to end in test_e2e_real_flavour.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from xla_images import build, checks, engine, smoke_runner
+from xla_images.flavour import Flavour
+from xla_images.plan import load_plan
+
+REPO = Path(__file__).resolve().parents[2]
+SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"
+FAKE_CA = b"-----BEGIN CERTIFICATE-----\nMIIBxla-images-test-proxy-ca\n-----END CERTIFICATE-----\n"
+# conftest.py labels every image derived from test_base, and so every container of one, with this.
+SESSION_LABEL = "io.xla-images.test-session"
+
+
+@pytest.fixture(scope="module")
+def flavour(tmp_path_factory: pytest.TempPathFactory) -> Flavour:
+    root = tmp_path_factory.mktemp("project")
+    version = f"9.{os.getpid() % 1000}.{int(time.time()) % 1000}"
+    (root / "matrix.yaml").write_text(
+        "schema: 1\n"
+        "defaults:\n  pythons: [\"3.11\"]\n  accelerators: [cpu]\n  latest_python: \"3.11\"\n"
+        f"releases:\n  \"{version}\":\n    torch: \"{version}\"\n    pytorch_git_rev: v{version}\n"
+        f"    xla_git_rev: v{version}\n    python_support: \">=3.10\"\n", encoding="utf-8")
+    (root / "site.yaml").write_text("registry: 127.0.0.1:1/unused\nca_bundle: none\n"
+                                    "wheel_sources:\n  - name: test\n    match: {torch_xla: \">=0\"}\n")
+    (only,) = load_plan(root / "matrix.yaml", root / "site.yaml").flavours
+    return only
+
+
+def stand_in_packages(context: Path, flavour: Flavour) -> None:
+    """torch and torch_xla as python-only packages reporting the flavour's versions and ABI."""
+    packages = context / "site"
+    for name, version, body in (
+        ("torch", flavour.torch, f"__version__ = {flavour.torch!r}\nfrom . import _C\n"),
+        ("torch_xla", flavour.torch_xla, f"__version__ = {flavour.torch_xla!r}\n"),
+    ):
+        (packages / name).mkdir(parents=True)
+        (packages / name / "__init__.py").write_text(body)
+        info = packages / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (packages / "torch" / "_C.py").write_text(
+        f"_GLIBCXX_USE_CXX11_ABI = {bool(flavour.abi.glibcxx_use_cxx11_abi)}\n")
+
+
+def dockerfile(flavour: Flavour, test_base: str, extra: list[str]) -> str:
+    env = " ".join(f"{key}={json.dumps(value)}" for key, value in flavour.env.items())
+    labels = {**flavour.labels, build.FLAVOUR_ID_LABEL: flavour.id}
+    label_text = " ".join(f"{json.dumps(key)}={json.dumps(value)}" for key, value in labels.items())
+    return "\n".join([
+        f"FROM {test_base}",
+        "RUN python3.11 -m venv --without-pip /opt/venv",
+        "ENV PATH=/opt/venv/bin:$PATH",
+        f"COPY site/ {SITE_PACKAGES}/",
+        *extra,
+        f"ENV {env}",
+        f"LABEL {label_text}",
+    ]) + "\n"
+
+
+def build_checked_image(tmp_path: Path, name: str, flavour: Flavour, test_base: str, extra: list[str],
+          files: dict[str, bytes] | None = None) -> Iterator[str]:
+    context = tmp_path / name
+    context.mkdir()
+    stand_in_packages(context, flavour)
+    for relative, data in (files or {}).items():
+        (context / relative).parent.mkdir(parents=True, exist_ok=True)
+        (context / relative).write_bytes(data)
+    (context / "Dockerfile").write_text(dockerfile(flavour, test_base, extra))
+    ref = f"xla-images-test/checks-{name}:{os.getpid()}"
+    engine.build_directory(context, ref)
+    try:
+        yield ref
+    finally:
+        engine.remove_image(ref, force=True)
+
+
+@pytest.fixture(scope="module")
+def clean_image(tmp_path_factory: pytest.TempPathFactory, flavour: Flavour, test_base: str) -> Iterator[str]:
+    yield from build_checked_image(tmp_path_factory.mktemp("clean"), "clean", flavour, test_base,
+                     ["COPY xla_smoke/ " + SITE_PACKAGES + "/xla_smoke/"],
+                     {f"xla_smoke/{p.relative_to(REPO / 'smoke' / 'xla_smoke')}": p.read_bytes()
+                      for p in (REPO / "smoke" / "xla_smoke").rglob("*.py")})
+
+
+@pytest.fixture(scope="module")
+def planted_image(tmp_path_factory: pytest.TempPathFactory, flavour: Flavour, test_base: str) -> Iterator[str]:
+    extra = [
+        "COPY renamed.pem /usr/share/misc/renamed.pem",
+        "COPY pip.conf /etc/pip.conf",
+        "COPY config.json /root/.docker/config.json",
+        "COPY gcc /usr/local/bin/gcc",
+        "RUN chmod +x /usr/local/bin/gcc",
+        'LABEL ci.token="abc"',
+    ]
+    files = {"renamed.pem": FAKE_CA, "pip.conf": b"[global]\nindex-url = https://bob:hunter2@index.example/simple\n",
+             "config.json": b'{"auths": {}}', "gcc": b"#!/bin/sh\necho gcc\n"}
+    yield from build_checked_image(tmp_path_factory.mktemp("planted"), "planted", flavour, test_base, extra, files)
+
+
+def running_here(session_id: str) -> list[str]:
+    return [item["Id"] for item in engine.api().containers(all=True,
+                                                           filters={"label": f"{SESSION_LABEL}={session_id}"})]
+
+
+def statuses(result: checks.ChecksResult) -> dict[str, str]:
+    return {outcome.name: outcome.status for outcome in result.outcomes}
+
+
+def test_clean_image_passes_all_but_the_abi_check(tmp_path: Path, flavour: Flavour, clean_image: str,
+        no_leaked_containers: Callable[[], None]) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(FAKE_CA)
+
+    result = checks.run(checks.CheckTarget(flavour, clean_image, ca), tmp_path / "reports")
+
+    found = statuses(result)
+    failed = {name for name, status in found.items() if status != "passed"}
+    # The stand-in torch has no shared libraries, which the ABI check (rightly) cannot accept.
+    assert failed == {"test_abi_compatible"}, result.failures()
+    assert "no torch found" in dict((o.name, o.message) for o in result.outcomes)["test_abi_compatible"] or \
+        "could not run" in dict((o.name, o.message) for o in result.outcomes)["test_abi_compatible"]
+    assert len(found) == 15
+    written = json.loads((tmp_path / "reports" / "checks.json").read_text())
+    assert written["summary"]["passed"] == 14 and written["summary"]["failed"] == 1
+    assert "<testsuite" in (tmp_path / "reports" / "checks.xml").read_text()
+    no_leaked_containers()
+
+
+def test_planted_problems_are_each_caught(tmp_path: Path, flavour: Flavour, planted_image: str,
+        no_leaked_containers: Callable[[], None]) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(FAKE_CA)
+
+    result = checks.run(checks.CheckTarget(flavour, planted_image, ca), tmp_path / "reports",
+                        keyword="not test_abi_compatible")
+
+    found = statuses(result)
+    assert {name for name, status in found.items() if status == "failed"} == {
+        "test_no_site_ca_bundle_in_layers", "test_no_build_pip_config", "test_no_credentials_in_layers",
+        "test_no_credentials_in_metadata", "test_no_compiler"}
+    messages = {outcome.name: outcome.message for outcome in result.outcomes}
+    assert "usr/share/misc/renamed.pem" in messages["test_no_site_ca_bundle_in_layers"]
+    assert "etc/pip.conf" in messages["test_no_build_pip_config"]
+    assert "root/.docker/config.json" in messages["test_no_credentials_in_layers"]
+    assert "/usr/local/bin/gcc" in messages["test_no_compiler"]
+    assert "hunter2" not in json.dumps(written := json.loads((tmp_path / "reports" / "checks.json").read_text()))
+    assert written["exit_code"] == 1
+    no_leaked_containers()
+
+
+def test_checks_of_another_flavour_fail_on_identity(tmp_path: Path, flavour: Flavour, clean_image: str,
+        no_leaked_containers: Callable[[], None]) -> None:
+    import dataclasses
+
+    other = dataclasses.replace(flavour, torch="9.9.99", id="sha256:" + "0" * 64)
+
+    result = checks.run(checks.CheckTarget(other, clean_image, None), tmp_path / "reports",
+                        keyword="built or labels or package_version or ca_bundle")
+
+    found = statuses(result)
+    assert found["test_built_for_this_flavour"] == "failed"
+    assert found["test_labels"] == "failed"
+    assert found["test_package_version[torch]"] == "failed"
+    assert found["test_package_version[torch_xla]"] == "passed"
+    assert found["test_no_site_ca_bundle_in_layers"] == "skipped"
+
+
+def test_smoke_runner_collects_reports_and_removes_the_container(tmp_path: Path, flavour: Flavour,
+                                                                 clean_image: str,
+        no_leaked_containers: Callable[[], None]) -> None:
+    stale = tmp_path / "smoke.json"
+    stale.write_text('{"stale": true}')
+
+    result = smoke_runner.run(flavour, clean_image, tmp_path, only=["environment"])
+
+    # The stand-in torch_xla cannot run the suite's environment probe: a failed run, with its reports.
+    assert result.report is not None and result.report["suite"] == "xla_smoke"
+    assert json.loads((tmp_path / "smoke.json").read_text()) == result.report
+    assert (tmp_path / "smoke.xml").read_text().startswith("<?xml")
+    assert not result.ok and result.exit_code == 1
+    assert result.failures()
+    no_leaked_containers()
+
+
+def test_smoke_runner_without_the_suite_reports_no_report(tmp_path: Path, flavour: Flavour,
+                                                          planted_image: str,
+        no_leaked_containers: Callable[[], None]) -> None:
+    result = smoke_runner.run(flavour, planted_image, tmp_path)  # python, but no xla_smoke in it
+    assert result.report is None and not result.ok
+    assert "exit code" in result.failures()[0]
+    assert not (tmp_path / "smoke.json").exists()
+    no_leaked_containers()
+
+
+def test_ctrl_c_during_the_smoke_suite_removes_the_container(tmp_path: Path, flavour: Flavour,
+                                                             clean_image: str, session_id: str,
+        no_leaked_containers: Callable[[], None]) -> None:
+    def interrupt(line: str) -> None:
+        assert running_here(session_id), "the container should exist while it prints"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        smoke_runner.run(flavour, clean_image, tmp_path, only=["environment"], on_line=interrupt)
+    no_leaked_containers()

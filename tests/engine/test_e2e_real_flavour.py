@@ -1,0 +1,196 @@
+"""End to end on the real flavour r2.9.0_3.11_cpu: build -> test -> push -> resolve -> pull -> run -> downstream.
+
+Everything is real: the engine, the 7.8 GB image (built with the build API; an up-to-date image is reused),
+the image checks and smoke suite inside it, the suite registry (XLA_IMAGES_TEST_REGISTRY, default
+127.0.0.1:5000, as `ci/registry.sh start` runs it). Before the pull every local name of the image is removed,
+so the pull really moves the layers; the pulled image is then given its names back.
+
+Clean-up: the pushed manifest is deleted from the registry, the downstream image and the digest reference are
+removed; `xla-images:r2.9.0_3.11_cpu` stays unless XLA_IMAGES_TEST_CLEANUP=1. Phase timings are printed and
+recorded as test properties (the budget is 15 minutes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from xla_images import build, engine, publish
+from xla_images.flavour import Flavour
+from xla_images.plan import load_plan
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+TAG = "r2.9.0_3.11_cpu"
+REPOSITORY = "xla-images-e2e"
+BUDGET_S = 15 * 60
+
+
+class Phases:
+    """Wall time per phase, printed at the end and kept as JUnit properties."""
+
+    def __init__(self, record: Callable[[str, object], None]) -> None:
+        self.record = record
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str) -> "_Phase":
+        return _Phase(self, name)
+
+    def report(self) -> str:
+        total = sum(self.seconds.values())
+        return "e2e phases: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.seconds.items()) + f"; total {total:.0f}s"
+
+
+class _Phase:
+    def __init__(self, phases: Phases, name: str) -> None:
+        self.phases, self.name = phases, name
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        seconds = time.monotonic() - self.started
+        self.phases.seconds[self.name] = seconds
+        self.phases.record(f"seconds_{self.name}", round(seconds, 1))
+        print(f"[e2e] {self.name}: {seconds:.0f}s", file=sys.stderr)
+
+
+def cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "CI": "true", "PYTHONPATH": str(REPO)})
+
+
+class QuietReporter:
+    def state(self, flavour: Flavour, text: str) -> None:
+        pass
+
+    def line(self, flavour: Flavour, text: str) -> None:
+        pass
+
+    def finished(self, result: build.FlavourResult) -> None:
+        pass
+
+    def notice(self, text: str) -> None:
+        print(f"[e2e] build: {text}", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def registry() -> publish.Registry:
+    registry = publish.Registry.parse(os.environ.get("XLA_IMAGES_TEST_REGISTRY", "127.0.0.1:5000") + "/" + REPOSITORY)
+    client = publish.RegistryClient(registry, retry=publish.RetryPolicy(attempts=2, first_wait=0.2))
+    client.check_reachable()  # a Failure here names the registry and `ci/registry.sh start`
+    return registry
+
+
+@pytest.fixture
+def phases(record_property: Callable[[str, object], None]) -> Iterator[Phases]:
+    recorded = Phases(record_property)
+    yield recorded
+    print(recorded.report(), file=sys.stderr)
+
+
+def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path, registry: publish.Registry,
+                                                                  phases: Phases) -> None:
+    started = time.monotonic()
+    plan = load_plan(REPO / "matrix.yaml")
+    (flavour,) = plan.select((TAG,))
+    image = build.local_ref(flavour)
+    client = publish.RegistryClient(registry)
+    digest = None
+    pulled_ref = None
+    downstream = f"xla-images-e2e/downstream:{os.getpid()}"
+    try:
+        with phases("build"):
+            (result,) = build.build_flavours(plan, [flavour], build.BuildOptions(), QuietReporter())
+            assert result.outcome in (build.Outcome.BUILT, build.Outcome.SKIPPED), result.message
+            image_id = build.built_image_id(flavour)
+            assert image_id is not None
+
+        reports = tmp_path / "reports"
+        with phases("test"):
+            tested = cli("test", TAG, "--reports", str(reports))
+        assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
+        checks_report = json.loads((reports / TAG / "checks.json").read_text())
+        smoke_report = json.loads((reports / TAG / "smoke.json").read_text())
+        assert checks_report["summary"]["failed"] == 0 and checks_report["summary"]["passed"] >= 14
+        assert smoke_report["summary"]["failed"] == 0 and smoke_report["summary"]["error"] == 0
+        assert smoke_report["summary"]["passed"] >= 4
+        for name in ("checks.xml", "smoke.xml"):
+            assert (reports / TAG / name).stat().st_size > 0
+        phases.record("smoke_seconds_in_image", smoke_report["summary"]["seconds"])
+        phases.record("checks_seconds", checks_report["summary"]["seconds"])
+
+        published = tmp_path / "published.json"
+        with phases("push"):
+            pushed = cli("push", TAG, "--registry", registry.name, "--published", str(published))
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        digest = json.loads(published.read_text())["flavours"][TAG]["digest"]
+        for name in flavour.tags:
+            assert client.manifest_digest(name) == digest
+
+        with phases("resolve"):
+            resolved = cli("resolve", "--abi", "cxx11", "--python", "3.11", "--torch-xla", "2.9",
+                           "--accelerator", "cpu", "--published", str(published))
+        assert resolved.returncode == 0, resolved.stderr
+        pulled_ref = resolved.stdout.strip()
+        assert pulled_ref == registry.digest_ref(digest)
+
+        # Drop every local name and the image with its untagged build parents: the pull must move the layers.
+        for name in flavour.aliases:
+            engine.remove_tag(build.local_ref(flavour, name))
+        engine.remove_image(image)
+        assert engine.image_inspect(image_id) is None
+        with phases("pull"):
+            pulled = cli("pull", "--abi", "cxx11", "--python", "3.11", "--accelerator", "cpu",
+                         "--published", str(published))
+        assert pulled.returncode == 0, pulled.stderr[-3000:]
+        pulled_attrs = engine.image_inspect(pulled_ref)
+        assert pulled_attrs is not None and pulled_attrs["Id"] == image_id  # bit for bit the image we tested
+        for name in flavour.tags:
+            engine.tag_image(pulled_ref, build.LOCAL_REPOSITORY, name)
+        assert build.built_image_id(flavour) == image_id
+
+        with phases("run"):
+            ran = engine.run_container(pulled_ref, ["python", "-c", "import torch_xla; print(torch_xla.__version__)"],
+                                       role="e2e", options=engine.RunOptions(environment={"PJRT_DEVICE": "CPU"}),
+                                       timeout=600)
+        assert ran.exit_code == 0, ran.output[-2000:]
+        assert ran.output.strip().splitlines()[-1] == flavour.torch_xla
+
+        with phases("downstream"):
+            engine.build_directory(REPO / "examples" / "downstream", downstream, buildargs={"BASE": pulled_ref})
+            app = engine.run_container(downstream, ["python", "/app/app.py"], role="e2e", timeout=600)
+        assert app.exit_code == 0, app.output[-2000:]
+        assert "downstream app: torch 2.9.0" in app.output and "result 16.0" in app.output
+        assert f"image {TAG}" in app.output
+    finally:
+        _restore_names(flavour, pulled_ref)
+        if digest is not None:
+            client.delete_manifest(digest)
+        engine.remove_image(downstream, force=True)
+        if pulled_ref is not None:
+            engine.remove_tag(pulled_ref)
+        if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
+            for name in flavour.tags:
+                engine.remove_tag(build.local_ref(flavour, name))
+    leftovers = engine.api().containers(all=True, filters={"ancestor": image_id})
+    assert leftovers == [], f"containers left behind: {[item['Names'] for item in leftovers]}"
+    elapsed = time.monotonic() - started
+    phases.record("seconds_total", round(elapsed, 1))
+    assert elapsed < BUDGET_S, f"end to end took {elapsed:.0f}s, over the {BUDGET_S}s budget"
+
+
+def _restore_names(flavour: Flavour, pulled_ref: str | None) -> None:
+    """Whatever failed after the local names were dropped, give them back if the pulled image is here."""
+    if pulled_ref is None or engine.image_inspect(build.local_ref(flavour)) is not None:
+        return
+    if engine.image_inspect(pulled_ref) is not None:
+        for name in flavour.tags:
+            engine.tag_image(pulled_ref, build.LOCAL_REPOSITORY, name)

@@ -1,0 +1,286 @@
+"""Publishing against the real engine and real registry processes (ci/registry.sh on free 127.0.0.1 ports).
+
+The images are small (FROM scratch, random data, the flavour-id label) and belong to a throw-away matrix with
+a release no real matrix has, so nothing here touches real flavours' images or the suite registry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+
+from xla_images import build, engine, publish
+from xla_images.flavour import Flavour
+from xla_images.plan import load_plan
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY_SCRIPT = REPO / "ci" / "registry.sh"
+PASSWORD = "pw-" + os.urandom(12).hex()
+ACCEPT = ", ".join(publish.MANIFEST_MEDIA_TYPES)
+
+
+# --- fixtures --------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class RegistryProcess:
+    """A docker-registry of our own, through ci/registry.sh, with its state in a temp dir."""
+
+    state: Path
+    port: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PORT": str(self.port), "XLA_IMAGES_STATE": str(self.state)}
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data(self) -> Path:
+        return self.state / "registry" / str(self.port) / "data"
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(REGISTRY_SCRIPT), command], env=self.env, capture_output=True,
+                              text=True, timeout=120)
+
+    def start(self) -> None:
+        result = self.run("start")
+        assert result.returncode == 0, result.stderr
+
+    def stop(self) -> None:
+        self.run("stop")
+
+    def crash(self) -> None:
+        """SIGKILL, as a power cut or OOM kill would: no graceful shutdown."""
+        pid_file = self.state / "registry" / str(self.port) / "registry.pid"
+        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.answers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def answers(self) -> bool:
+        try:
+            return requests.get(f"http://{self.host}/v2/", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stored_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.data.rglob("*") if p.is_file()) if self.data.exists() else 0
+
+    def digest(self, repository: str, tag: str) -> str | None:
+        response = requests.head(f"http://{self.host}/v2/{repository}/manifests/{tag}", headers={"Accept": ACCEPT},
+                                 timeout=10)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.headers["Docker-Content-Digest"]
+
+    def tags(self, repository: str) -> list[str]:
+        response = requests.get(f"http://{self.host}/v2/{repository}/tags/list", timeout=10)
+        return [] if response.status_code == 404 else sorted(response.json().get("tags") or [])
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[RegistryProcess]:
+    process = RegistryProcess(tmp_path / "state", free_port())
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@dataclass
+class Project:
+    """A throw-away matrix (one cpu flavour of an unreal release) with site settings."""
+
+    root: Path
+    flavour: Flavour
+
+    def cli(self, *args: str, password: str | None = PASSWORD,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CI": "true"}
+        if password:
+            env.update({publish.USER_ENV: "ci-bot", publish.PASSWORD_ENV: password})
+        return subprocess.run([sys.executable, str(REPO / "build.py"), *args, "--matrix",
+                               str(self.root / "matrix.yaml"), "--site", str(self.root / "site.yaml")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+    @property
+    def published(self) -> Path:
+        return self.root / "published.json"
+
+
+def make_project(root: Path) -> Project:
+    root.mkdir(parents=True, exist_ok=True)
+    # A release number of our own per run: its local tags cannot collide with real flavours or other runs.
+    version = f"9.{os.getpid() % 1000}.{int(time.time()) % 1000}"
+    (root / "matrix.yaml").write_text(
+        "schema: 1\n"
+        "defaults:\n  pythons: [\"3.11\"]\n  accelerators: [cpu]\n  latest_python: \"3.11\"\n"
+        f"releases:\n  \"{version}\":\n    torch: \"{version}\"\n    pytorch_git_rev: v{version}\n"
+        f"    xla_git_rev: v{version}\n    python_support: \">=3.10\"\n", encoding="utf-8")
+    (root / "site.yaml").write_text(
+        "registry: 127.0.0.1:1/unused\nca_bundle: none\n"
+        "wheel_sources:\n  - name: test\n    match: {torch_xla: \">=0\"}\n", encoding="utf-8")
+    plan = load_plan(root / "matrix.yaml", root / "site.yaml")
+    (flavour,) = plan.flavours
+    return Project(root, flavour)
+
+
+def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...]) -> str:
+    """FROM scratch, one layer of random bytes per entry, labelled as built for `flavour`."""
+    context.mkdir(parents=True, exist_ok=True)
+    lines = ["FROM scratch"]
+    for index, size in enumerate(megabytes):
+        (context / f"blob{index}").write_bytes(os.urandom(size << 20))
+        lines.append(f"COPY blob{index} /blob{index}")
+    lines.append(f"LABEL {build.FLAVOUR_ID_LABEL}={flavour.id} io.xla-images.tag={flavour.tag}")
+    (context / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return engine.build_directory(context, build.local_ref(flavour))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Project]:
+    created = make_project(tmp_path / "project")
+    yield created
+    engine.remove_image(build.local_ref(created.flavour), force=True)
+
+
+def registry_named_images(host: str) -> list[str]:
+    return [tag for image in engine.api().images() for tag in image.get("RepoTags") or [] if tag.startswith(host)]
+
+
+def assert_no_secret(*texts: str) -> None:
+    for text in texts:
+        assert PASSWORD not in text
+
+
+# --- tests -----------------------------------------------------------------------------------------------
+
+def test_registry_down_is_a_clear_failure_and_changes_nothing(project: Project, tmp_path: Path) -> None:
+    build_image(tmp_path / "ctx", project.flavour, (1,))
+    project.published.write_text('{"schema": 1, "flavours": {}}\n', encoding="utf-8")
+    before = project.published.read_bytes()
+    host = f"127.0.0.1:{free_port()}"  # nothing listens there
+
+    result = project.cli("push", project.flavour.tag, "--registry", f"{host}/xla-images")
+
+    assert result.returncode == 1, result.stderr
+    assert f"registry {host} does not answer" in result.stderr
+    assert "ci/registry.sh start" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert project.published.read_bytes() == before
+    assert registry_named_images(host) == []
+    assert_no_secret(result.stdout, result.stderr)
+
+
+def test_push_verifies_every_tag_then_resolve_and_pull_by_digest(project: Project, registry: RegistryProcess,
+                                                                  tmp_path: Path) -> None:
+    image_id = build_image(tmp_path / "ctx", project.flavour, (2, 1))
+    target = f"{registry.host}/xla-images"
+
+    pushed = project.cli("push", project.flavour.tag, "--registry", target)
+
+    assert pushed.returncode == 0, pushed.stderr
+    entry = json.loads(project.published.read_text())["flavours"][project.flavour.tag]
+    digest = entry["digest"]
+    assert entry["ref"] == f"{target}@{digest}" and entry["tags"] == list(project.flavour.tags)
+    assert entry["flavour"]["id"] == project.flavour.id
+    assert entry["labels"][build.FLAVOUR_ID_LABEL] == project.flavour.id
+    for tag in project.flavour.tags:  # the tag and both aliases, as the registry itself answers
+        assert registry.digest("xla-images", tag) == digest
+    assert registry_named_images(registry.host) == []  # the push's temporary local names are gone
+    assert_no_secret(pushed.stdout, pushed.stderr, project.published.read_text())
+
+    resolved = project.cli("resolve", "--abi", "cxx11", "--python", "3.11")
+    assert resolved.returncode == 0, resolved.stderr
+    assert resolved.stdout.strip() == f"{target}@{digest}"
+
+    engine.remove_image(build.local_ref(project.flavour), force=True)
+    assert engine.image_inspect(image_id) is None
+    pulled = project.cli("pull", "--python", "3.11")
+    try:
+        assert pulled.returncode == 0, pulled.stderr
+        assert pulled.stdout.strip() == f"{target}@{digest}"
+        attrs = engine.image_inspect(f"{target}@{digest}")
+        assert attrs is not None and attrs["Id"] == image_id  # the very image that was built
+        assert_no_secret(pulled.stdout, pulled.stderr)
+    finally:
+        engine.remove_image(f"{target}@{digest}", force=True)
+
+
+def test_registry_killed_mid_push_leaves_no_tag_then_a_second_push_completes(
+        project: Project, registry: RegistryProcess, tmp_path: Path) -> None:
+    build_image(tmp_path / "ctx", project.flavour, (70, 70, 70))
+    target = f"{registry.host}/xla-images"
+    project.published.write_text('{"schema": 1, "flavours": {}}\n', encoding="utf-8")
+    before = project.published.read_bytes()
+    baseline = registry.stored_bytes()
+
+    env = {**os.environ, "CI": "true", publish.USER_ENV: "ci-bot", publish.PASSWORD_ENV: PASSWORD}
+    command = [sys.executable, str(REPO / "build.py"), "push", project.flavour.tag, "--registry", target,
+               "--matrix", str(project.root / "matrix.yaml"), "--site", str(project.root / "site.yaml")]
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Crash the registry once layer data is arriving, well before all 210 MB of it could have.
+        deadline = time.monotonic() + 120
+        while registry.stored_bytes() - baseline < (30 << 20):
+            assert first.poll() is None, f"push ended before it could be interrupted: {first.communicate()}"
+            assert time.monotonic() < deadline, "no layer data reached the registry"
+            time.sleep(0.05)
+        registry.crash()
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+
+    assert first.returncode == 1, err
+    assert "push of" in err and registry.host in err and "Traceback" not in err
+    assert project.published.read_bytes() == before
+    assert registry_named_images(registry.host) == []
+    assert_no_secret(out, err)
+
+    registry.start()
+    assert registry.tags("xla-images") == []  # no tag, and so no alias, names a manifest that is not there
+
+    second = project.cli("push", project.flavour.tag, "--registry", target)
+
+    assert second.returncode == 0, second.stderr
+    digest = json.loads(project.published.read_text())["flavours"][project.flavour.tag]["digest"]
+    assert {tag: registry.digest("xla-images", tag) for tag in project.flavour.tags} == \
+        {tag: digest for tag in project.flavour.tags}
+    assert_no_secret(second.stdout, second.stderr, project.published.read_text())
+
+
+def test_wrong_image_is_refused_before_anything_is_pushed(project: Project, registry: RegistryProcess,
+                                                          tmp_path: Path) -> None:
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "x").write_text("x")
+    (context / "Dockerfile").write_text(f"FROM scratch\nCOPY x /x\nLABEL {build.FLAVOUR_ID_LABEL}=sha256:{'0' * 64}\n")
+    engine.build_directory(context, build.local_ref(project.flavour))
+
+    result = project.cli("push", project.flavour.tag, "--registry", f"{registry.host}/xla-images")
+
+    assert result.returncode == 1
+    assert "built from other inputs" in result.stderr and "build.py build" in result.stderr
+    assert registry.tags("xla-images") == [] and not project.published.exists()

@@ -1,0 +1,109 @@
+"""The layer scan of the image checks, on `docker save` streams built here (legacy and OCI layouts)."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from xla_images import checks
+
+CA = b"-----BEGIN CERTIFICATE-----\nMIIB-proxy-ca\n-----END CERTIFICATE-----\n"
+
+
+def layer(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def saved_image(layers: list[bytes], oci: bool = False) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+        config = json.dumps({"config": {}}).encode()
+        names = []
+        for data in layers:
+            digest = hashlib.sha256(data).hexdigest()
+            name = f"blobs/sha256/{digest}" if oci else f"{digest}/layer.tar"
+            add(name, data)
+            names.append(name)
+        add("blobs/sha256/" + hashlib.sha256(config).hexdigest() if oci else "config.json", config)
+        add("manifest.json", json.dumps([{"Layers": names}]).encode())
+    return buffer.getvalue()
+
+
+def chunks(data: bytes, size: int = 1000) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+@pytest.mark.parametrize("oci", [False, True])
+def test_clean_image_has_no_findings(oci: bool) -> None:
+    image = saved_image([layer({"usr/bin/python3.11": b"\x7fELF...", "etc/hostname": b"x\n"}),
+                         layer({"opt/venv/lib/python3.11/site-packages/urllib_doc.py":
+                                b"proxy = 'http://joe:password@proxy.example.com:3128'"})], oci)
+    scan = checks.scan_saved_image(chunks(image), CA)
+    assert scan.layers == 2 and scan.files == 3
+    assert scan.findings == []  # library sources are not configuration: their examples are not leaks
+
+
+@pytest.mark.parametrize("oci", [False, True])
+def test_ca_bundle_found_by_content_under_any_name(oci: bool) -> None:
+    image = saved_image([layer({"etc/ok": b"x"}), layer({"usr/share/renamed.pem": CA})], oci)
+    scan = checks.scan_saved_image(chunks(image), CA)
+    assert [(f.path, f.problem) for f in scan.findings] == [("usr/share/renamed.pem", "ca-bundle")]
+
+
+def test_ca_bundle_of_other_bytes_is_not_a_finding() -> None:
+    image = saved_image([layer({"etc/ssl/certs/ca-certificates.crt": CA[:-2] + b"X\n"})])
+    assert checks.scan_saved_image(chunks(image), CA).of("ca-bundle") == []
+
+
+def test_no_ca_configured_still_scans_the_rest() -> None:
+    image = saved_image([layer({"tmp/pip/pip.conf": b"[global]\n", "root/.netrc": b"machine h login a"})])
+    problems = sorted(f.problem for f in checks.scan_saved_image(chunks(image), None).findings)
+    assert problems == ["build-context", "credentials-file", "pip-config"]
+
+
+def test_a_file_deleted_in_a_later_layer_is_still_found() -> None:
+    image = saved_image([layer({"etc/pip.conf": b"[global]\ncert=/tmp/ca.crt\n"}), layer({"etc/.wh.pip.conf": b""})])
+    found = checks.scan_saved_image(chunks(image), CA).findings
+    assert [(f.path, f.problem) for f in found] == [("etc/pip.conf", "pip-config")]
+
+
+def test_credentials_files_and_url_logins() -> None:
+    image = saved_image([layer({
+        "root/.docker/config.json": b'{"auths": {}}',
+        "home/ci/.pypirc": b"[pypi]",
+        "etc/apt/auth.conf.d/x.conf": b"url https://bob:hunter2@deb.example.com/",
+    })])
+    found = {(f.path, f.problem) for f in checks.scan_saved_image(chunks(image), CA).findings}
+    assert found == {("root/.docker/config.json", "credentials-file"), ("home/ci/.pypirc", "credentials-file"),
+                     ("etc/apt/auth.conf.d/x.conf", "url-credentials")}
+
+
+def test_metadata_scan_flags_secrets_in_labels_env_and_history() -> None:
+    found = checks.scan_metadata(
+        {"org.opencontainers.image.title": "xla-images r2.9.0_3.11_cpu", "ci.token": "abc"},
+        ["PATH=/opt/venv/bin:/usr/bin", "PIP_INDEX_URL=https://u:p@index.example.com/simple"],
+        [{"CreatedBy": "/bin/sh -c #(nop)  LABEL io.xla-images.tag=r2.9.0_3.11_cpu"},
+         {"CreatedBy": "/bin/sh -c echo password=abc"}])
+    assert sorted((f.where, f.problem) for f in found) == [
+        ("env", "url-credentials"), ("history", "secret-word"), ("label", "secret-word")]
+
+
+def test_metadata_scan_passes_real_looking_metadata() -> None:
+    found = checks.scan_metadata({"io.xla-images.abi": "cxx11", "io.xla-images.tokenizer": "none"},
+                                 ["PJRT_DEVICE=CPU", "XLA_IMAGES_TAG=r2.9.0_3.11_cpu"],
+                                 [{"CreatedBy": "/bin/sh -c python3.11 -m venv /opt/venv"}])
+    assert found == []

@@ -1,0 +1,126 @@
+"""resolve: exactly one match or a helpful error; re-verification against a (fake) registry."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xla_images import publish, resolve
+from xla_images.errors import Failure
+from xla_images.flavour import Abi, Accelerator, Flavour, WheelSource
+
+DIGEST_A, DIGEST_B, DIGEST_C = ("sha256:" + letter * 64 for letter in "abc")
+
+
+def make_flavour(**changes: Any) -> Flavour:
+    facts: dict[str, Any] = dict(
+        torch_xla="2.9.0", torch="2.9.0", python="3.11", abi=Abi.CXX11, accelerator=Accelerator.CPU, libtpu=None,
+        release_default_abi=Abi.CXX11, pytorch_git_rev="v2.9.1", xla_git_rev="v2.9.0",
+        wheel_source=WheelSource("default"), base_image="python:3.11-slim-bookworm", declared_at="matrix.yaml:1",
+        aliases=("r2.9_3.11_cpu", "latest_cpu"), id="sha256:" + "1" * 64)
+    facts.update(changes)
+    return Flavour(**facts)
+
+
+def published(tmp_path: Path, *flavours: tuple[Any, str]) -> Path:
+    path = tmp_path / "published.json"
+    entries = [publish.Published(f.tag, f.tags, "127.0.0.1:5000/xla-images", digest, {}, f.to_json(), "now")
+               for f, digest in flavours]
+    publish.record_published(path, entries)
+    return path
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> Path:
+    return published(
+        tmp_path,
+        (make_flavour(), DIGEST_A),
+        (make_flavour(python="3.10", aliases=()), DIGEST_B),
+        (make_flavour(torch_xla="2.6.0", torch="2.6.0", abi=Abi.PRE_CXX11, release_default_abi=Abi.PRE_CXX11,
+                      accelerator=Accelerator.TPU, libtpu="0.0.7.1", aliases=()), DIGEST_C),
+    )
+
+
+def filters(**given: str) -> dict[str, str | None]:
+    base: dict[str, str | None] = {"abi": None, "python": None, "torch_xla": None, "accelerator": None}
+    base.update(given)
+    return base
+
+
+def test_one_match(three: Path) -> None:
+    found = resolve.from_published(three, filters(abi="cxx11", python="3.11"))
+    chosen = resolve.choose(found, filters(abi="cxx11", python="3.11"), "published.json")
+    assert chosen.ref == f"127.0.0.1:5000/xla-images@{DIGEST_A}"
+
+
+def test_torch_xla_filter_is_a_version_prefix(three: Path) -> None:
+    assert [c.tag for c in resolve.from_published(three, filters(torch_xla="2.6"))] == ["r2.6.0_3.11_tpuvm"]
+    assert resolve.from_published(three, filters(torch_xla="2.6.1")) == []
+    assert resolve.from_published(three, filters(torch_xla="2")) != []
+
+
+def test_none_matches_says_so(three: Path) -> None:
+    with pytest.raises(Failure) as caught:
+        resolve.choose(resolve.from_published(three, filters(python="3.13")), filters(python="3.13"), "p.json")
+    assert caught.value.rule == "resolve-one" and "--python 3.13" in caught.value.message
+
+
+def test_several_match_lists_candidates_and_the_telling_filter(three: Path) -> None:
+    wanted = filters(abi="cxx11")
+    with pytest.raises(Failure) as caught:
+        resolve.choose(resolve.from_published(three, wanted), wanted, "p.json")
+    text = caught.value.render()
+    assert "r2.9.0_3.10_cpu" in text and "r2.9.0_3.11_cpu" in text and "r2.6.0_3.11_tpuvm" not in text
+    assert "--python (3.10 | 3.11)" in caught.value.hint
+    assert "--accelerator" not in caught.value.hint  # both candidates are cpu: that filter would not help
+
+
+class FakeClient:
+    def __init__(self, present: set[str] | None, registry: str = "127.0.0.1:5000/xla-images") -> None:
+        self.present = present
+        self.registry = publish.Registry.parse(registry)
+        self.asked: list[str] = []
+
+    def manifest_digest(self, reference: str) -> str | None:
+        self.asked.append(reference)
+        if self.present is None:
+            raise Failure("registry 127.0.0.1:5000 does not answer", rule="registry-reachable")
+        return reference if reference in self.present else None
+
+    def check_reachable(self) -> None:
+        pass
+
+
+def test_published_digest_is_reverified(three: Path) -> None:
+    fake = FakeClient({DIGEST_A})
+    resolved = resolve.resolve_published(three, filters(python="3.11", abi="cxx11"), lambda r: fake, print)
+    assert resolved.verified and fake.asked == [DIGEST_A]
+
+
+def test_digest_gone_from_the_registry_is_a_failure(three: Path) -> None:
+    with pytest.raises(Failure) as caught:
+        resolve.resolve_published(three, filters(python="3.11", abi="cxx11"), lambda r: FakeClient(set()), print)
+    assert caught.value.rule == "resolve-verified" and "build.py push r2.9.0_3.11_cpu" in caught.value.render()
+
+
+def test_unreachable_registry_warns_and_answers_the_recorded_digest(three: Path) -> None:
+    warnings: list[str] = []
+    resolved = resolve.resolve_published(three, filters(python="3.11", abi="cxx11"), lambda r: FakeClient(None),
+                                         warnings.append)
+    assert not resolved.verified and resolved.ref.endswith(DIGEST_A)
+    assert warnings and "could not re-verify" in warnings[0]
+
+
+def test_from_registry_keeps_only_tags_the_registry_serves() -> None:
+    flavours = [make_flavour(), make_flavour(python="3.10", aliases=())]
+    fake = FakeClient({flavours[1].tag})
+    found = resolve.from_registry(flavours, fake, filters(abi="cxx11"))  # type: ignore[arg-type]
+    assert [c.tag for c in found] == [flavours[1].tag]
+    assert found[0].ref == f"127.0.0.1:5000/xla-images@{flavours[1].tag}"
+
+
+def test_empty_published_file_is_a_failure(tmp_path: Path) -> None:
+    path = published(tmp_path)
+    with pytest.raises(Failure, match="lists no published flavour"):
+        resolve.from_published(path, filters())

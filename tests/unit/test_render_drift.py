@@ -1,0 +1,220 @@
+"""`render` writes, `render --check` finds drift: missing, stale, orphan files and missing or stale locks."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_images import render, wheels
+from xla_images.plan import Plan, load_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MATRIX = """\
+schema: 1
+defaults:
+  pythons: ["3.11"]
+  accelerators: [tpu, cpu]
+  latest_python: "3.11"
+releases:
+  "2.6.0":
+    torch: "2.6.0"
+    pytorch_git_rev: v2.6.0
+    xla_git_rev: v2.6.0
+    python_support: ">=3.9,<3.12"
+    default_abi: pre-cxx11
+    abis: [pre-cxx11, cxx11]
+    accelerators: [cpu]
+  "2.9.0":
+    torch: "2.9.0"
+    pytorch_git_rev: v2.9.1
+    xla_git_rev: v2.9.0
+    python_support: ">=3.10,<3.14"
+    libtpu: "0.0.21"
+"""
+# r2.6.0_3.11_cpu (default index), r2.6.0_3.11_cpu_cxx11 (wheelhouse source), r2.9.0_3.11_tpuvm, r2.9.0_3.11_cpu
+WHEELHOUSE_TAG = "r2.6.0_3.11_cpu_cxx11"
+
+
+def project(tmp_path: Path, matrix: str = MATRIX) -> Plan:
+    (tmp_path / "matrix.yaml").write_text(matrix)
+    return load_plan(tmp_path / "matrix.yaml")
+
+
+def reload(plan: Plan) -> Plan:
+    return load_plan(plan.matrix_path)
+
+
+def fake_lock(plan: Plan, tag: str) -> Path:
+    """A lock with the right inputs hash (its pins are made up: this tests the drift check, not resolution)."""
+    flavour = next(flavour for flavour in plan.flavours if flavour.tag == tag)
+    inputs = wheels.lock_inputs(flavour, wheels.group_requirements(plan.flavours, flavour))
+    entries = [wheels.LockEntry("torch", flavour.torch, "a" * 64, f"torch-{flavour.torch}-cp311-cp311-x.whl")]
+    path = plan.lock_path(flavour)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(wheels.format_lock(flavour, inputs, entries))
+    return path
+
+
+def kinds(findings: list[render.Finding]) -> dict[str, str]:
+    return {finding.path: finding.kind for finding in findings}
+
+
+def test_fresh_checkout_reports_every_file_missing(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    found = kinds(render.check(plan))
+    for flavour in plan.flavours:
+        for name in ("Dockerfile", "build-wheels.sh"):
+            assert found[f"Dockerfiles/{flavour.tag}/{name}"] == "missing"
+    expected_ci = [str(path) for path in render.expected_files(plan) if not str(path).startswith("Dockerfiles/")]
+    assert expected_ci, "the CI generator's files are part of what render owns"
+    for path in expected_ci:
+        assert found[path] == "missing"
+
+
+def test_after_render_only_locks_remain(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    result = render.write(plan)
+    assert len(result.written) == len(render.expected_files(plan))
+    assert render.write(plan).written == ()  # idempotent
+    findings = render.check(plan)
+    assert {finding.path for finding in findings} == {
+        f"Dockerfiles/{flavour.tag}/requirements.lock" for flavour in plan.flavours}
+    by_path = {finding.path: finding for finding in findings}
+    unlocked = by_path[f"Dockerfiles/{WHEELHOUSE_TAG}/requirements.lock"]
+    assert unlocked.kind == "unlocked" and unlocked.warning and "wheels not available here" in unlocked.message
+    assert all(finding.kind == "missing" and not finding.warning
+               for path, finding in by_path.items() if WHEELHOUSE_TAG not in path)
+    assert (tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "build-wheels.sh").stat().st_mode & 0o111
+
+
+def test_stale_and_missing_rendered_files_are_named(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    dockerfile = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("PJRT_DEVICE", "PJRT_DEVICES"))
+    script = tmp_path / "Dockerfiles" / "r2.9.0_3.11_tpuvm" / "build-wheels.sh"
+    script.chmod(0o644)
+    (tmp_path / "Dockerfiles" / "r2.6.0_3.11_cpu" / "Dockerfile").unlink()
+    found = {finding.path: finding for finding in render.check(plan)}
+    assert found["Dockerfiles/r2.9.0_3.11_cpu/Dockerfile"].kind == "stale"
+    assert found["Dockerfiles/r2.9.0_3.11_tpuvm/build-wheels.sh"].kind == "stale"
+    assert "not executable" in found["Dockerfiles/r2.9.0_3.11_tpuvm/build-wheels.sh"].message
+    assert found["Dockerfiles/r2.6.0_3.11_cpu/Dockerfile"].kind == "missing"
+    render.write(plan)
+    assert not [finding for finding in render.check(plan) if not finding.path.endswith(".lock")]
+
+
+def test_orphans_are_found_and_only_generated_ones_removed(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    gone = tmp_path / "Dockerfiles" / "r2.8.1_3.11_cpu"
+    gone.mkdir()
+    (gone / "Dockerfile").write_text(plan.rendered["r2.9.0_3.11_cpu"]["Dockerfile"])
+    kept = tmp_path / "Dockerfiles" / "r2.7.0_3.11_cpu"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("my own notes\n")
+    stray = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "Dockerfile.orig"
+    stray.write_text("a merge leftover\n")
+    found = kinds(render.check(plan))
+    assert found["Dockerfiles/r2.8.1_3.11_cpu"] == "orphan"
+    assert found["Dockerfiles/r2.7.0_3.11_cpu"] == "orphan"
+    assert found["Dockerfiles/r2.9.0_3.11_cpu/Dockerfile.orig"] == "orphan"
+    result = render.write(plan)
+    assert result.removed == ("Dockerfiles/r2.8.1_3.11_cpu",) and not gone.exists()
+    assert result.kept_orphans == ("Dockerfiles/r2.7.0_3.11_cpu",) and (kept / "notes.txt").exists()
+
+
+def test_flavour_dropped_from_the_matrix_becomes_an_orphan(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    fake_lock(plan, "r2.9.0_3.11_tpuvm")
+    smaller = project(tmp_path, MATRIX.replace("    libtpu: \"0.0.21\"\n", "    accelerators: [cpu]\n"))
+    assert kinds(render.check(smaller))["Dockerfiles/r2.9.0_3.11_tpuvm"] == "orphan"
+    # Its lock is generated too (it carries the header), so the whole folder goes.
+    assert render.write(smaller).removed == ("Dockerfiles/r2.9.0_3.11_tpuvm",)
+
+
+def test_lock_states(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    status = {flavour.tag: wheels.lock_status(plan, flavour).state for flavour in plan.flavours}
+    assert status == {"r2.6.0_3.11_cpu": wheels.LockState.MISSING,
+                      WHEELHOUSE_TAG: wheels.LockState.UNAVAILABLE,
+                      "r2.9.0_3.11_tpuvm": wheels.LockState.MISSING,
+                      "r2.9.0_3.11_cpu": wheels.LockState.MISSING}
+    for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"):
+        fake_lock(plan, tag)
+    assert [finding for finding in render.check(plan) if not finding.warning] == []
+    # Once the wheelhouse exists, the missing lock is drift.
+    (tmp_path / "wheelhouse" / "built").mkdir(parents=True)
+    assert kinds(render.check(plan))[f"Dockerfiles/{WHEELHOUSE_TAG}/requirements.lock"] == "missing"
+
+
+def test_lock_goes_stale_when_its_inputs_change(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"):
+        fake_lock(plan, tag)
+    changed = project(tmp_path, MATRIX.replace('libtpu: "0.0.21"', 'libtpu: "0.0.21.1"'))
+    render.write(changed)
+    stale = {finding.path for finding in render.check(changed) if finding.kind == "stale"}
+    # The tpu flavour's pins changed, and so did the union its cpu sibling was resolved with.
+    assert stale == {"Dockerfiles/r2.9.0_3.11_tpuvm/requirements.lock",
+                     "Dockerfiles/r2.9.0_3.11_cpu/requirements.lock"}
+    other_site = load_plan(plan.matrix_path, overrides=(
+        'wheel_sources=[{name: mirror, index_url: "https://mirror.invalid/simple"}]',))
+    stale = {finding.path for finding in render.check(other_site) if finding.kind == "stale"}
+    assert stale == {f"Dockerfiles/{tag}/requirements.lock"
+                     for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu")}
+
+
+def test_unreadable_lock_is_stale(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    path = fake_lock(plan, "r2.9.0_3.11_cpu")
+    path.write_text(path.read_text() + "torch>=2\n")
+    found = {finding.path: finding for finding in render.check(plan)}
+    finding = found["Dockerfiles/r2.9.0_3.11_cpu/requirements.lock"]
+    assert finding.kind == "stale" and "not a lock line" in finding.message
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_render_check_exit_codes(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    matrix = str(plan.matrix_path)
+    result = run_cli("render", "--check", "--matrix", matrix)
+    assert result.returncode == 1
+    assert "Dockerfiles/r2.9.0_3.11_cpu/Dockerfile: drift [missing]" in result.stderr
+    assert "render-drift" in result.stderr and "Traceback" not in result.stderr
+    assert run_cli("render", "--matrix", matrix).returncode == 0
+    for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"):
+        fake_lock(reload(plan), tag)
+    result = run_cli("render", "--check", "--matrix", matrix)
+    assert result.returncode == 0, result.stderr
+    assert f"Dockerfiles/{WHEELHOUSE_TAG}/requirements.lock: warning [unlocked]" in result.stdout
+    assert "up to date" in result.stdout
+
+
+def test_committed_repository_renders_are_current() -> None:
+    """The renders in this repository match the templates and matrix.yaml (what CI runs as render --check)."""
+    plan = load_plan(ROOT / "matrix.yaml")
+    drift = [str(finding) for finding in render.check(plan)
+             if not finding.warning and not finding.path.endswith(wheels.LOCK_NAME)
+             and finding.path.startswith("Dockerfiles/")]
+    assert drift == []
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "build-wheels.sh", wheels.LOCK_NAME])
+def test_generated_files_carry_the_mark(tmp_path: Path, name: str) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    path = fake_lock(plan, "r2.9.0_3.11_cpu") if name == wheels.LOCK_NAME else (
+        tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / name)
+    assert render._is_generated(path)

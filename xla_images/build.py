@@ -1,0 +1,376 @@
+"""Build flavour images on the Docker engine: context, base, streaming build, tag, clean up.
+
+How a flavour is built (CONTRACTS "Build context"):
+  1. skip it when `xla-images:<tag>` already carries the flavour's content-addressed id (unless forced);
+  2. check its committed lock is fresh, pick its base image (site base if present or pullable, else the
+     bootstrapped `xla-images/base:<python>`), write a context to a temp dir;
+  3. build it UNTAGGED with the classic builder (rm + forcerm: the engine removes step containers even on
+     failure), streaming the output to reports/<tag>/build.log and the display;
+  4. only then tag it `xla-images:<tag>` and its aliases. A failed or interrupted build tags nothing, so an
+     earlier good image keeps its tag.
+When all builds have stopped, what they left behind is removed: step containers an abort raced with, the
+failed stage's untagged images, and the finished `wheels` stage (it holds a second copy of the venv and the
+CA bundle; the image only copies the venv out of it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from . import base as bases
+from . import engine, wheels
+from .errors import Failure
+from .flavour import LABEL_PREFIX, Flavour
+from .plan import Plan
+
+LOCAL_REPOSITORY = "xla-images"
+FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
+REPORTS = "reports"
+BUILD_LOG = "build.log"
+KEEP_FILE = ".keep"
+
+
+def local_ref(flavour: Flavour, name: str | None = None) -> str:
+    """`xla-images:<tag>` (or one of its aliases): the image `build` leaves for a flavour."""
+    return f"{LOCAL_REPOSITORY}:{name or flavour.tag}"
+
+
+def built_image_id(flavour: Flavour) -> str | None:
+    """The id of `xla-images:<tag>` if it was built from exactly this flavour's inputs, else None."""
+    attrs = engine.image_inspect(local_ref(flavour))
+    if attrs is None:
+        return None
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    return str(attrs["Id"]) if flavour.id and labels.get(FLAVOUR_ID_LABEL) == flavour.id else None
+
+
+class Outcome(str, enum.Enum):
+    BUILT = "built"
+    SKIPPED = "up to date"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    NOT_STARTED = "not started"
+
+
+@dataclass
+class FlavourResult:
+    flavour: Flavour
+    outcome: Outcome = Outcome.NOT_STARTED
+    seconds: float = 0.0
+    image_id: str | None = None
+    size_bytes: int = 0
+    base_image: str | None = None
+    message: str = ""
+    log: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    jobs: int = 1
+    keep_going: bool = False
+    force: bool = False
+    # The CA bundle the wheels stage trusts; None: the site's (site.ca_bundle(): PIP_CERT, SSL_CERT_FILE...).
+    ca_bundle: Path | None = None
+    # An extra host folder to look for locked wheels in (default: <repo>/wheelhouse).
+    wheelhouse: Path | None = None
+    reports_dir: Path | None = None
+
+
+class Reporter(Protocol):
+    """The display: a live table on a terminal, plain lines in CI. Called from worker threads."""
+
+    def state(self, flavour: Flavour, text: str) -> None: ...
+
+    def line(self, flavour: Flavour, text: str) -> None: ...
+
+    def finished(self, result: FlavourResult) -> None: ...
+
+    def notice(self, text: str) -> None: ...
+
+
+# --- the base image ---------------------------------------------------------------------------------------
+
+class BaseResolver:
+    """Which image a python's flavours build FROM; decided once per python per run (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._chosen: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, flavour: Flavour) -> str:
+        with self._lock:
+            if flavour.python not in self._chosen:
+                self._chosen[flavour.python] = choose_base(flavour.python, flavour.base_image)
+            return self._chosen[flavour.python]
+
+
+def choose_base(python: str, site_base: str) -> str:
+    """The site's base if it is here or can be pulled, else the bootstrapped one, else a Failure saying how."""
+    if engine.image_inspect(site_base) is not None:
+        return site_base
+    try:
+        engine.pull_image(site_base, None)
+        return site_base
+    except Failure as error:
+        pull_error = error.message
+    bootstrapped = bases.find_base(python)
+    if bootstrapped is not None:
+        return bootstrapped.ref
+    reason = bases.unbuildable_reason(python)
+    hint = (f"run `./build.py base --python {python}` to bootstrap one from Debian packages, or set site.yaml "
+            f"`bases` to an image you can pull" if reason is None else reason)
+    raise Failure(f"no base image for python {python}: {site_base} is not here and cannot be pulled "
+                  f"({pull_error}), and there is no bootstrapped {bases.base_ref(python)}", rule="base-image",
+                  hint=hint)
+
+
+# --- the build context --------------------------------------------------------------------------------------
+
+def check_lock(plan: Plan, flavour: Flavour) -> None:
+    status = wheels.lock_status(plan, flavour)
+    if status.state is wheels.LockState.FRESH:
+        return
+    what = "has no lock" if status.state is not wheels.LockState.STALE else "has a stale lock"
+    raise Failure(f"{flavour.tag} {what}: {status.detail}", location=str(plan.lock_path(flavour)),
+                  rule="lock-fresh", hint=f"run `./build.py lock {flavour.tag}` and commit the lock")
+
+
+def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Path | None = None) -> list[str]:
+    """Write the build context CONTRACTS describes into `directory`; return notes for the log."""
+    inputs = wheels.context_inputs(plan, flavour, wheelhouse)
+    notes = []
+    dockerfile = plan.rendered[flavour.tag]["Dockerfile"]
+    on_disk = plan.flavour_dir(flavour) / "Dockerfile"
+    if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != dockerfile:
+        notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
+    (directory / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+    shutil.copyfile(plan.lock_path(flavour), directory / wheels.LOCK_NAME)
+    pip_dir = directory / wheels.CONTEXT_PIP_DIR
+    pip_dir.mkdir()
+    (pip_dir / "pip.conf").write_text(inputs.pip_conf, encoding="utf-8")
+    if inputs.ca_bundle is not None:
+        shutil.copyfile(inputs.ca_bundle, pip_dir / "ca.crt")
+        notes.append(f"CA bundle: {inputs.ca_bundle} (wheels stage only)")
+    else:
+        (pip_dir / "ca.crt").write_bytes(b"")
+    house = directory / wheels.CONTEXT_WHEELHOUSE
+    house.mkdir()
+    for wheel in inputs.wheels:
+        _link_or_copy(wheel, house / wheel.name)
+    if not inputs.wheels:
+        (house / KEEP_FILE).write_bytes(b"")
+    notes.append(f"wheels from the host: {len(inputs.wheels)}" + (" (all: pip works offline)" if inputs.offline
+                                                                  else ""))
+    shutil.copytree(plan.smoke_dir, directory / "xla_smoke", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return notes
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # wheels reach gigabytes: a hard link costs nothing
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+# --- one run of `build` -------------------------------------------------------------------------------------
+
+def build_flavours(plan: Plan, flavours: list[Flavour], options: BuildOptions,
+                   reporter: Reporter) -> list[FlavourResult]:
+    """Build `flavours` (`options.jobs` at a time); return a result per flavour, in order.
+
+    A KeyboardInterrupt (Ctrl-C, or SIGTERM turned into one by the CLI) aborts the builds in flight, waits
+    for them to stop, cleans up, and propagates.
+    """
+    if options.ca_bundle is not None:
+        plan = dataclasses.replace(plan, site=dataclasses.replace(plan.site, ca_bundle_setting=str(options.ca_bundle)))
+    return _Run(plan, options, reporter).execute(flavours)
+
+
+@dataclass
+class _Run:
+    plan: Plan
+    options: BuildOptions
+    reporter: Reporter
+    results: dict[str, FlavourResult] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+    interrupted: threading.Event = field(default_factory=threading.Event)
+    bases: BaseResolver = field(default_factory=BaseResolver)
+    active: dict[str, engine.StreamingBuild] = field(default_factory=dict)
+    traces: list[engine.BuildTrace] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    removed: list[str] = field(default_factory=list)
+
+    def execute(self, flavours: list[Flavour]) -> list[FlavourResult]:
+        engine.client()  # fail early, with the hint, when no engine answers
+        todo: queue.Queue[Flavour] = queue.Queue()
+        for flavour in flavours:
+            self.results[flavour.tag] = FlavourResult(flavour, log=self._log_path(flavour))
+            if self._up_to_date(flavour):
+                continue
+            todo.put(flavour)
+        workers = [threading.Thread(target=self._work, args=(todo,), name=f"build-{index}", daemon=True)
+                   for index in range(max(1, min(self.options.jobs, todo.qsize())))]
+        try:
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                while worker.is_alive():
+                    worker.join(timeout=0.2)
+        except KeyboardInterrupt:
+            self._abort(workers)
+            raise
+        finally:
+            self._clean_up()
+        return [self.results[flavour.tag] for flavour in flavours]
+
+    def _up_to_date(self, flavour: Flavour) -> bool:
+        if self.options.force:
+            return False
+        image_id = built_image_id(flavour)
+        if image_id is None:
+            return False
+        _tag_aliases(flavour, image_id)
+        result = self.results[flavour.tag]
+        result.outcome, result.image_id = Outcome.SKIPPED, image_id
+        result.size_bytes = _image_size(image_id)
+        result.message = f"{local_ref(flavour)} already has flavour id {flavour.id[7:19]} (--force rebuilds)"
+        self.reporter.finished(result)
+        return True
+
+    def _work(self, todo: queue.Queue[Flavour]) -> None:
+        while not self.stop.is_set():
+            try:
+                flavour = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = self._build_one(flavour)
+            except Exception as error:  # a bug, not a build failure: record it, keep the run consistent
+                result = self.results[flavour.tag]
+                result.outcome, result.message = Outcome.FAILED, f"internal error: {type(error).__name__}: {error}"
+                self.stop.set()
+                raise
+            finally:
+                self.reporter.finished(self.results[flavour.tag])
+            if result.outcome is Outcome.FAILED and not self.options.keep_going:
+                self.stop.set()  # let builds in flight finish; start no new one
+
+    def _build_one(self, flavour: Flavour) -> FlavourResult:
+        result = self.results[flavour.tag]
+        started = time.monotonic()
+        log_path = self._log_path(flavour)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("w", encoding="utf-8") as log:
+            def say(text: str) -> None:
+                log.write(text + "\n")
+                log.flush()
+                self.reporter.line(flavour, text)
+
+            try:
+                result.image_id = self._build_and_tag(flavour, result, say)
+                result.outcome = Outcome.BUILT
+                result.size_bytes = _image_size(result.image_id)
+            except engine.BuildAborted:
+                result.outcome, result.message = Outcome.INTERRUPTED, "interrupted; nothing was tagged"
+            except Failure as error:
+                result.outcome, result.message = Outcome.FAILED, error.message
+                say(f"FAILED: {error.render()}")
+            result.seconds = time.monotonic() - started
+            say(f"{result.outcome.value} in {result.seconds:.1f} s")
+        return result
+
+    def _build_and_tag(self, flavour: Flavour, result: FlavourResult, say) -> str:
+        self.reporter.state(flavour, "preparing")
+        check_lock(self.plan, flavour)
+        base = self.bases.resolve(flavour)
+        result.base_image = base
+        say(f"flavour {flavour.tag} id {flavour.id}")
+        say(f"base image: {base}")
+        with tempfile.TemporaryDirectory(prefix=f"xla-images-context-{flavour.tag}-") as scratch:
+            for note in write_context(self.plan, flavour, Path(scratch), self.options.wheelhouse):
+                say(note)
+            build = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id})
+            with self.lock:
+                if self.interrupted.is_set():
+                    raise engine.BuildAborted()
+                self.active[flavour.tag] = build
+                self.traces.append(build.trace)
+            self.reporter.state(flavour, "building")
+            try:
+                image_id = build.run(lambda line: self._on_build_line(flavour, line, say))
+            finally:
+                with self.lock:
+                    self.active.pop(flavour.tag, None)
+        with self.lock:
+            if self.interrupted.is_set():
+                raise engine.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged
+            _tag(flavour, image_id)
+        say(f"tagged {', '.join(local_ref(flavour, name) for name in flavour.tags)} -> {image_id[7:19]}")
+        return image_id
+
+    def _on_build_line(self, flavour: Flavour, line: str, say) -> None:
+        say(line)
+        if line.startswith("Step "):
+            self.reporter.state(flavour, line)
+
+    def _abort(self, workers: list[threading.Thread]) -> None:
+        with self.lock:
+            self.interrupted.set()
+            self.stop.set()
+            builds = list(self.active.values())
+        self.reporter.notice(f"interrupted: stopping {len(builds)} build(s), tagging nothing, cleaning up")
+        for build in builds:
+            build.abort()
+        for worker in workers:
+            while worker.is_alive():
+                try:
+                    worker.join(timeout=0.2)
+                except KeyboardInterrupt:
+                    continue  # a second Ctrl-C: still wait, the clean-up must run
+
+    def _clean_up(self) -> None:
+        keep = {result.image_id for result in self.results.values()
+                if result.outcome in (Outcome.BUILT, Outcome.SKIPPED) and result.image_id}
+        try:
+            self.removed = engine.remove_build_leftovers(self.traces, keep)
+        except KeyboardInterrupt:
+            self.removed = engine.remove_build_leftovers(self.traces, keep)  # impatient twice: finish anyway
+
+    def _log_path(self, flavour: Flavour) -> Path:
+        reports = self.options.reports_dir or self.plan.root / REPORTS
+        return reports / flavour.tag / BUILD_LOG
+
+
+def _tag(flavour: Flavour, image_id: str) -> None:
+    """Point the flavour's names at the new image; an image they leave with no name at all is removed
+    (a rebuild must not pile up 8 GB orphans). One still used by a container stays."""
+    replaced = set()
+    for name in flavour.tags:
+        attrs = engine.image_inspect(local_ref(flavour, name))
+        if attrs is not None and attrs["Id"] != image_id:
+            replaced.add(str(attrs["Id"]))
+        engine.tag_image(image_id, LOCAL_REPOSITORY, name)
+    for old in replaced:
+        engine.remove_if_unnamed(old)
+
+
+def _tag_aliases(flavour: Flavour, image_id: str) -> None:
+    """An up-to-date image still gets aliases that moved to it (e.g. `latest` after a new release)."""
+    for name in flavour.aliases:
+        attrs = engine.image_inspect(local_ref(flavour, name))
+        if attrs is None or attrs["Id"] != image_id:
+            engine.tag_image(image_id, LOCAL_REPOSITORY, name)
+
+
+def _image_size(image_id: str) -> int:
+    attrs = engine.image_inspect(image_id) or {}
+    return int(attrs.get("Size") or 0)

@@ -1,0 +1,315 @@
+"""Image checks: what must hold for every built image, run as a real pytest module against the image.
+
+`run(target, report_dir)` runs xla_images/image_checks/test_image.py through pytest.main: a container of the
+image is started with a sleeping command, testinfra's docker backend runs the in-image checks (versions, ABI,
+`import torch_xla`, no compiler) and the container is removed at the end of the session, whatever happened.
+What needs no container (labels, env, layers, history) is read from the engine. Results: checks.xml (JUnit,
+from pytest) and checks.json (ours) under reports/<tag>/.
+
+The layer scan reads `docker save` as a stream, never to disk: every file of every layer is compared with the
+site's CA bundle and matched against build-config and credential patterns.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable, Iterator
+
+from .flavour import Flavour
+
+TEST_MODULE = Path(__file__).with_name("image_checks") / "test_image.py"
+CHECKS_XML = "checks.xml"
+CHECKS_JSON = "checks.json"
+
+# Files a build must never leave behind: its pip configuration, and anything holding registry or index logins.
+PIP_CONFIG_NAMES = frozenset({"pip.conf", "pip.ini"})
+BUILD_CONTEXT_DIRS = ("tmp/pip/", "tmp/wheelhouse/")
+CREDENTIAL_FILE_NAMES = frozenset({".netrc", ".pypirc", ".git-credentials"})
+DOCKER_CONFIG_SUFFIX = ".docker/config.json"
+# Where a leaked login would sit: configuration, home and temp directories. Library sources are left out on
+# purpose: python's own docs are full of `http://user:password@host` examples.
+CONFIG_PREFIXES = ("etc/", "root/", "home/", "tmp/", "var/tmp/", "opt/venv/pip.conf", "opt/venv/pyvenv.cfg")
+CONFIG_SCAN_LIMIT = 1 << 20
+URL_CREDENTIALS = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]+:[^/\s@'\"]+@")
+SECRET_WORDS = re.compile(r"(?i)\b(password|passwd|token|secret|api[_-]?key)\b")
+TAR_MAGIC_OFFSET = 257
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    """What the pytest module checks; handed to it through a plugin fixture."""
+
+    flavour: Flavour
+    image: str
+    ca_bundle: Path | None
+    tpu: bool = False
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str  # layer id, `label`, `env` or `history`
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.problem}: {self.path} ({self.where})"
+
+
+@dataclass
+class LayerScan:
+    layers: int = 0
+    files: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def of(self, *problems: str) -> list[Finding]:
+        return [finding for finding in self.findings if finding.problem in problems]
+
+
+# --- layers ----------------------------------------------------------------------------------------------
+
+class _ChunkReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks, for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+class _Prefixed(io.RawIOBase):
+    """`head` followed by the rest of `stream`: lets us sniff a member's first block and still read it whole."""
+
+    def __init__(self, head: bytes, stream: Any) -> None:
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            size = min(len(buffer), len(self._head))
+            buffer[:size] = self._head[:size]
+            self._head = self._head[size:]
+            return size
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def scan_saved_image(chunks: Iterable[bytes], ca_bundle: bytes | None) -> LayerScan:
+    """Scan every layer of a `docker save` stream (legacy `<id>/layer.tar` or OCI `blobs/sha256/<d>`)."""
+    scan = LayerScan()
+    stream = io.BufferedReader(_ChunkReader(chunks), buffer_size=1 << 20)
+    with tarfile.open(fileobj=stream, mode="r|") as outer:
+        for member in outer:
+            if not member.isfile() or not _may_be_layer(member.name):
+                continue
+            handle = outer.extractfile(member)
+            if handle is None:
+                continue
+            head = handle.read(512)
+            if len(head) < 512 or head[TAR_MAGIC_OFFSET:TAR_MAGIC_OFFSET + 5] != b"ustar":
+                continue  # a config blob or manifest, not a layer
+            scan.layers += 1
+            layer_id = _layer_id(member.name)
+            with tarfile.open(fileobj=io.BufferedReader(_Prefixed(head, handle), 1 << 20), mode="r|") as layer:
+                for entry in layer:
+                    scan.files += 1
+                    scan.findings.extend(_file_findings(layer, entry, layer_id, ca_bundle))
+    return scan
+
+
+def _may_be_layer(name: str) -> bool:
+    return name.endswith("/layer.tar") or name.startswith("blobs/sha256/")
+
+
+def _layer_id(name: str) -> str:
+    return name.removesuffix("/layer.tar").rpartition("/")[2][:12]
+
+
+def _file_findings(layer: tarfile.TarFile, entry: tarfile.TarInfo, layer_id: str,
+                   ca_bundle: bytes | None) -> Iterator[Finding]:
+    path = str(PurePosixPath(entry.name.removeprefix("./")))
+    name = PurePosixPath(path).name
+    if name.startswith(".wh."):
+        return  # a whiteout marks a deletion; it holds nothing
+    if name in PIP_CONFIG_NAMES:
+        yield Finding(layer_id, path, "pip-config")
+    if any(path.startswith(prefix) or path + "/" == prefix for prefix in BUILD_CONTEXT_DIRS):
+        yield Finding(layer_id, path, "build-context")
+    if name in CREDENTIAL_FILE_NAMES or path.endswith(DOCKER_CONFIG_SUFFIX):
+        yield Finding(layer_id, path, "credentials-file")
+    if not entry.isfile():
+        return
+    wants_ca = ca_bundle is not None and entry.size == len(ca_bundle)
+    wants_text = entry.size <= CONFIG_SCAN_LIMIT and path.startswith(CONFIG_PREFIXES)
+    if not (wants_ca or wants_text):
+        return
+    handle = layer.extractfile(entry)
+    data = handle.read() if handle is not None else b""
+    if wants_ca and data == ca_bundle:
+        yield Finding(layer_id, path, "ca-bundle")
+    if wants_text and URL_CREDENTIALS.search(data.decode("utf-8", errors="replace")):
+        yield Finding(layer_id, path, "url-credentials")
+
+
+# --- metadata --------------------------------------------------------------------------------------------
+
+def scan_metadata(labels: dict[str, str], env: list[str], history: list[dict[str, Any]]) -> list[Finding]:
+    """Credentials in labels, environment or build history (where `docker history` shows them to anyone)."""
+    texts = [("label", f"{key}={value}") for key, value in labels.items()]
+    texts += [("env", item) for item in env]
+    texts += [("history", str(step.get("CreatedBy", ""))) for step in history]
+    texts += [("history", str(step.get("Comment", ""))) for step in history if step.get("Comment")]
+    findings = []
+    for where, text in texts:
+        if URL_CREDENTIALS.search(text):
+            findings.append(Finding(where, _clip(text), "url-credentials"))
+        if SECRET_WORDS.search(text):
+            findings.append(Finding(where, _clip(text), "secret-word"))
+    return findings
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    # Findings name where a secret is, never the secret: only a prefix of the text is kept.
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --- running the pytest module ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    status: str  # passed | failed | skipped | error
+    seconds: float
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 3),
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class ChecksResult:
+    tag: str
+    image: str
+    outcomes: tuple[CheckOutcome, ...]
+    seconds: float
+    exit_code: int
+    xml_path: Path
+    json_path: Path
+
+    def count(self, status: str) -> int:
+        return sum(1 for outcome in self.outcomes if outcome.status == status)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.count("failed") and not self.count("error") and bool(self.outcomes)
+
+    def failures(self) -> list[str]:
+        if not self.outcomes:
+            return [f"pytest exited with code {self.exit_code} before running any check (output above)"]
+        return [f"{o.name}: {o.message}" for o in self.outcomes if o.status in ("failed", "error")]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tag": self.tag,
+            "image": self.image,
+            "exit_code": self.exit_code,
+            "summary": {status: self.count(status) for status in ("passed", "failed", "skipped", "error")}
+            | {"seconds": round(self.seconds, 3)},
+            "checks": [outcome.to_json() for outcome in self.outcomes],
+        }
+
+
+class _Recorder:
+    """Records each test's outcome (setup, call and teardown folded into one) for checks.json."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, CheckOutcome] = {}
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        name = report.nodeid.rpartition("::")[2]
+        previous = self.outcomes.get(name)
+        if previous is not None and previous.status in ("failed", "error", "skipped"):
+            return  # a teardown must not hide the failure or skip it follows
+        seconds = report.duration + (previous.seconds if previous else 0.0)
+        if report.outcome == "passed":
+            self.outcomes[name] = CheckOutcome(name, "passed", seconds, "")
+        elif report.when == "call":
+            self.outcomes[name] = CheckOutcome(name, report.outcome, seconds, _message(report))
+        else:
+            status = "skipped" if report.skipped else "error"
+            self.outcomes[name] = CheckOutcome(name, status, seconds, _message(report))
+
+
+def _target_plugin(target: CheckTarget) -> types.ModuleType:
+    """A plugin (module-like, as conftest files are) whose only job is the session fixture `target`."""
+    import pytest
+
+    def target_fixture() -> CheckTarget:
+        return target
+
+    plugin = types.ModuleType("xla_images_check_target")
+    plugin.target = pytest.fixture(scope="session", name="target")(target_fixture)  # type: ignore[attr-defined]
+    return plugin
+
+
+def _message(report: Any) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).splitlines()[0] if crash.message else ""
+    return str(report.longrepr or "")[:500]
+
+
+def run(target: CheckTarget, report_dir: Path, *, keyword: str | None = None, quiet: bool = True) -> ChecksResult:
+    """Run the image checks; write checks.xml and checks.json into report_dir."""
+    import pytest
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    xml_path, json_path = report_dir / CHECKS_XML, report_dir / CHECKS_JSON
+    recorder = _Recorder()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="xla-images-checks-") as scratch:
+        # Our own ini: the checks must not pick up the options or conftest of whatever project runs them.
+        ini = Path(scratch) / "pytest.ini"
+        ini.write_text("[pytest]\n", encoding="utf-8")
+        args = [str(TEST_MODULE), "-c", str(ini), "--rootdir", str(TEST_MODULE.parent),
+                "--confcutdir", str(TEST_MODULE.parent), "-p", "no:cacheprovider", "-p", "no:randomly",
+                f"--junitxml={xml_path}", "-o", f"junit_suite_name=image-checks-{target.flavour.tag}",
+                "-o", "junit_family=xunit2", "--tb=short", "-rfEs"]
+        if quiet:
+            args.append("-q")
+        if keyword:
+            args += ["-k", keyword]
+        exit_code = int(pytest.main(args, plugins=[_target_plugin(target), recorder]))
+    if exit_code == pytest.ExitCode.INTERRUPTED:
+        # pytest swallowed Ctrl-C after its teardown (the container is gone); the caller must stop too.
+        raise KeyboardInterrupt
+    result = ChecksResult(target.flavour.tag, target.image, tuple(recorder.outcomes.values()),
+                          time.monotonic() - started, exit_code, xml_path, json_path)
+    json_path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    return result

@@ -1,0 +1,272 @@
+"""`base`, `build` and `doctor`: bootstrap base images, build flavour images, check the prerequisites."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .. import base as bases
+from .. import build as building
+from .. import doctor as doctoring
+from ..errors import ConfigError, Failure
+from ..flavour import Flavour
+from ..plan import Plan
+from .common import flavour_filters, in_ci, plan_options, select
+
+FAILURE_TAIL_LINES = 25
+
+
+@click.command("base")
+@click.option("--python", "pythons", multiple=True, metavar="X.Y",
+              help="Bootstrap a base for this python (repeatable). Default: every python of the matrix that "
+                   "Debian can provide.")
+@click.option("--suite", type=click.Choice(sorted({recipe.suite for recipe in bases.RECIPES.values()})),
+              default=None, help="Debian suite (default: the one whose python3 is the python asked for).")
+@click.option("--mirror", metavar="URL", default=None, help="Debian mirror (default: debootstrap's own).")
+@click.option("--force", is_flag=True, help="Bootstrap again even if the base image exists.")
+@plan_options
+def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | None, force: bool) -> None:
+    """Bootstrap `xla-images/base:<python>` from Debian packages, for sites that cannot pull a python image.
+
+    \b
+    debootstrap --variant=minbase, with pythonX.Y, its venv module, libpythonX.Y (the shared library
+    torch_xla's _XLAC links against) and ca-certificates; then imported with the labels
+    io.xla-images.base.python / .suite. `build` uses it for a python whose site base cannot be pulled.
+    Pythons this can bootstrap: 3.11 (bookworm) and 3.13 (trixie): the suites whose python3 they are.
+    Needs root and debootstrap (`ci/engine.sh install`). Takes a minute or two; skipped when the image exists.
+
+    \b
+    Examples:
+      sudo ./build.py base --python 3.11
+      sudo ./build.py base                 # every python of the matrix that Debian provides
+    """
+    if not pythons:
+        matrix_pythons = sorted({flavour.python for flavour in plan.flavours}, key=_version_key)
+        pythons = tuple(python for python in matrix_pythons if bases.unbuildable_reason(python) is None)
+        for python in matrix_pythons:
+            reason = bases.unbuildable_reason(python)
+            if reason:
+                click.echo(f"python {python}: not bootstrapped: {reason}", err=True)
+        if not pythons:
+            raise ConfigError("no python of the matrix can be bootstrapped here", rule="base-python")
+    for python in pythons:
+        bases.suite_for(python, suite)  # all usage errors before any work
+    for python in pythons:
+        bases.ensure_base(python, suite=suite, mirror=mirror, force=force, say=click.echo)
+
+
+@click.command("build")
+@click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Flavours built at the same time.")
+@click.option("--keep-going", is_flag=True,
+              help="Go on with the other flavours when one fails (summary at the end; exit 1 if any failed). "
+                   "Without it no new build starts after the first failure.")
+@click.option("--force", is_flag=True, help="Rebuild even when the image already has the flavour's id.")
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="PEM bundle the build's pip trusts (default: site ca_bundle, i.e. PIP_CERT, SSL_CERT_FILE or "
+                   "REQUESTS_CA_BUNDLE). Used in the wheels stage only; never in the image.")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Host folder with locked wheels to put in the context (default: wheelhouse/).")
+@click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where reports/<tag>/build.log go (default: reports/ next to the matrix).")
+@flavour_filters
+@plan_options
+def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jobs: int, keep_going: bool,
+          force: bool, ca_bundle: Path | None, wheelhouse: Path | None, reports_dir: Path | None) -> None:
+    """Build flavour images on the Docker engine as xla-images:<tag> (+ aliases).
+
+    \b
+    A flavour whose image already carries its content-addressed id is skipped (seconds); --force rebuilds.
+    Needs the committed lock (`build.py lock TAG`) and a base image (see `build.py doctor`). The output of
+    each build goes to reports/<tag>/build.log. An image is tagged only after its build succeeded: a failed
+    or interrupted (Ctrl-C, SIGTERM) build tags nothing and leaves no containers; an earlier good image keeps
+    its tag.
+
+    \b
+    Examples:
+      build.py build r2.9.0_3.11_cpu
+      build.py build --python 3.11 --abi cxx11 --jobs 2 --keep-going
+    """
+    flavours = select(plan, names, filters)
+    options = building.BuildOptions(jobs=jobs, keep_going=keep_going, force=force, ca_bundle=ca_bundle,
+                                    wheelhouse=wheelhouse, reports_dir=reports_dir)
+    console = Console(stderr=True)
+    live = console.is_terminal and not in_ci()
+    with _sigterm_interrupts(), _reporter(console, live) as reporter:
+        results = building.build_flavours(plan, flavours, options, reporter)
+    if len(results) > 1 or any(result.outcome is not building.Outcome.SKIPPED for result in results):
+        _print_summary(results, live)
+    failed = [result for result in results if result.outcome is building.Outcome.FAILED]
+    if failed:
+        raise Failure(f"{len(failed)} of {len(results)} flavour(s) failed: "
+                      f"{', '.join(result.flavour.tag for result in failed)}", rule="build",
+                      hint="the log of each is reports/<tag>/build.log")
+
+
+@click.command("doctor")
+@plan_options
+def doctor(plan: Plan) -> None:
+    """Check what building, testing and publishing need, and say how to fix what is missing.
+
+    \b
+    Engine (and its version), registry (site registry's /v2/), a base image per python of the matrix,
+    CA bundle, free disk at the engine's root, debootstrap, shellcheck, hadolint. Exit 1 when a required
+    item is missing.
+    """
+    report = doctoring.diagnose(plan)
+    console = Console()
+    if console.is_terminal and not in_ci():
+        console.print(_doctor_table(report))
+    else:
+        for item in report.items:
+            click.echo(item.plain())
+    missing = report.missing_required()
+    if missing:
+        raise Failure(f"{len(missing)} required item(s) missing: {', '.join(item.name for item in missing)}",
+                      rule="doctor", hint="run the fix command shown for each")
+    click.echo("ready" + (" (some optional items missing)" if report.missing_optional() else ""))
+
+
+def _doctor_table(report: doctoring.Report) -> Table:
+    table = Table("", "check", "state", "fix")
+    marks = {doctoring.Status.OK: "[green]ok[/]", doctoring.Status.WARN: "[yellow]warn[/]",
+             doctoring.Status.MISSING: "[red]missing[/]"}
+    for item in report.items:
+        table.add_row(marks[item.status], item.name, item.detail, item.fix or "")
+    return table
+
+
+# --- display ------------------------------------------------------------------------------------------------
+
+class _PlainReporter:
+    """CI logs: one line per step and per result; the full output is in each build.log."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._lock = threading.Lock()
+
+    def state(self, flavour: Flavour, text: str) -> None:
+        self._say(f"[{flavour.tag}] {text}")
+
+    def line(self, flavour: Flavour, text: str) -> None:
+        pass
+
+    def finished(self, result: building.FlavourResult) -> None:
+        self._say(f"[{result.flavour.tag}] {_result_text(result)}")
+        if result.outcome is building.Outcome.FAILED:
+            self._say(_log_tail(result))
+
+    def notice(self, text: str) -> None:
+        self._say(text)
+
+    def _say(self, text: str) -> None:
+        with self._lock:
+            click.echo(text, err=True)
+
+
+class _LiveReporter:
+    """A terminal: one live row per flavour (spinner, current step, elapsed time)."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[tag]}"),
+                                 TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                                 transient=False)
+        self._tasks: dict[str, TaskID] = {}
+        self._lock = threading.Lock()
+
+    def _task(self, flavour: Flavour) -> TaskID:
+        with self._lock:
+            if flavour.tag not in self._tasks:
+                self._tasks[flavour.tag] = self.progress.add_task("", tag=flavour.tag, total=None)
+            return self._tasks[flavour.tag]
+
+    def state(self, flavour: Flavour, text: str) -> None:
+        self.progress.update(self._task(flavour), description=_shorten(text, 90))
+
+    def line(self, flavour: Flavour, text: str) -> None:
+        pass
+
+    def finished(self, result: building.FlavourResult) -> None:
+        task = self._task(result.flavour)
+        self.progress.update(task, description=_result_text(result), total=1, completed=1)
+        self.progress.stop_task(task)
+        if result.outcome is building.Outcome.FAILED:
+            self.progress.console.print(_log_tail(result), markup=False, highlight=False)
+
+    def notice(self, text: str) -> None:
+        self.progress.console.print(text, markup=False, highlight=False)
+
+
+@contextlib.contextmanager
+def _reporter(console: Console, live: bool) -> Iterator[building.Reporter]:
+    if not live:
+        yield _PlainReporter(console)
+        return
+    reporter = _LiveReporter(console)
+    with reporter.progress:
+        yield reporter
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (CI cancelling a job, `docker stop`, kill) cleans up like Ctrl-C does."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _result_text(result: building.FlavourResult) -> str:
+    size = f", {result.size_bytes / 1e9:.2f} GB" if result.size_bytes else ""
+    if result.outcome is building.Outcome.BUILT:
+        return f"built in {result.seconds:.0f} s ({result.image_id[7:19] if result.image_id else '?'}{size})"
+    if result.outcome is building.Outcome.SKIPPED:
+        return f"up to date ({result.image_id[7:19] if result.image_id else '?'}{size})"
+    if result.outcome is building.Outcome.FAILED:
+        return f"FAILED after {result.seconds:.0f} s: {_shorten(result.message, 200)}"
+    return result.outcome.value
+
+
+def _log_tail(result: building.FlavourResult) -> str:
+    if result.log is None or not result.log.is_file():
+        return f"  {result.message}"
+    lines = result.log.read_text(encoding="utf-8", errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
+    return "\n".join([f"  --- last lines of {result.log} ---", *("  " + line for line in lines)])
+
+
+def _print_summary(results: list[building.FlavourResult], live: bool) -> None:
+    if live:
+        table = Table("flavour", "result", "seconds", "image", "size", "base")
+        for result in results:
+            table.add_row(result.flavour.tag, result.outcome.value, f"{result.seconds:.1f}",
+                          (result.image_id or "")[7:19], f"{result.size_bytes / 1e9:.2f} GB" if result.size_bytes
+                          else "", result.base_image or "")
+        Console(stderr=True).print(table)
+        return
+    for result in results:
+        click.echo(f"{result.flavour.tag:32} {result.outcome.value:12} {result.seconds:8.1f} s  "
+                   f"{(result.image_id or '-')[7:19]:12} {result.size_bytes / 1e9:6.2f} GB  "
+                   f"{result.base_image or ''}", err=True)
+
+
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+

@@ -1,0 +1,125 @@
+"""`push`, `resolve`, `pull`: ship images to a registry and find them again by digest."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from .. import engine, publish, resolve as resolving
+from ..errors import ConfigError
+from ..plan import Plan
+from .common import flavour_filters, plan_options, select
+
+PUBLISHED_NAME = "published.json"
+
+
+def _published_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
+                        help=f"The record of verified pushes (default: {PUBLISHED_NAME} next to the matrix).")(command)
+
+
+def _registry_option(help_text: str) -> Callable[..., Any]:
+    return click.option("--registry", "registry_text", metavar="HOST[:PORT]/REPO", default=None, help=help_text)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.command("push")
+@click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
+@_registry_option("Where to push (default: the site's registry setting).")
+@_published_option
+@flavour_filters
+@plan_options
+def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], registry_text: str | None,
+         published_path: Path | None) -> None:
+    """Push built flavour images (tag, then aliases) and verify each against the registry's API.
+
+    \b
+    The canonical tag is pushed and verified first; aliases follow only then, so no alias ever names a
+    manifest the registry lacks. Verified flavours are merged into published.json as they complete.
+    Credentials: XLA_IMAGES_REGISTRY_USER/XLA_IMAGES_REGISTRY_PASSWORD or `docker login` (never printed).
+
+    \b
+    Examples:
+      build.py push r2.9.0_3.11_cpu --registry 127.0.0.1:5000/xla-images
+      build.py push --abi cxx11 --python 3.11
+    """
+    flavours = select(plan, names, filters)
+    registry = publish.Registry.parse(registry_text or plan.site.registry,
+                                      where="--registry" if registry_text else "site registry")
+    credentials = publish.load_credentials(registry.host)
+    path = published_path or plan.root / PUBLISHED_NAME
+    done = publish.push_all(flavours, registry, path, credentials=credentials, progress=_say)
+    for entry in done:
+        click.echo(f"{entry.tag}\t{entry.ref}\t{' '.join(entry.tags[1:])}")
+    _say(f"{len(done)} flavour(s) pushed and verified; recorded in {path}")
+
+
+def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    @_registry_option("Resolve from this registry's tags instead of published.json.")
+    @_published_option
+    @flavour_filters
+    @plan_options
+    @functools.wraps(command)
+    def wrapper(*args: Any, plan: Plan, filters: dict[str, str | None], registry_text: str | None,
+                published_path: Path | None, **kwargs: Any) -> Any:
+        resolved = _resolve(plan, filters, registry_text, published_path)
+        return command(*args, resolved=resolved, **kwargs)
+
+    return wrapper
+
+
+def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | None,
+             published_path: Path | None) -> resolving.Resolved:
+    if registry_text and published_path:
+        raise ConfigError("--published and --registry exclude each other", rule="resolve-source",
+                          hint="published.json already names its registry; pass one of them")
+    default_published = plan.root / PUBLISHED_NAME
+    if published_path is None and registry_text is None and default_published.is_file():
+        published_path = default_published
+    if published_path is not None:
+        if not published_path.is_file():
+            raise ConfigError(f"{published_path} does not exist", rule="resolve-source",
+                              hint="push first, or resolve from a registry with --registry HOST[:PORT]/REPO")
+        return resolving.resolve_published(published_path, filters, _client_for, _say)
+    registry = publish.Registry.parse(registry_text or plan.site.registry,
+                                      where="--registry" if registry_text else "site registry")
+    return resolving.resolve_registry(list(plan.flavours), _client_for(registry), filters)
+
+
+def _client_for(registry: publish.Registry) -> publish.RegistryClient:
+    return publish.RegistryClient(registry, publish.load_credentials(registry.host))
+
+
+@click.command("resolve")
+@_resolve_options
+def resolve(resolved: resolving.Resolved) -> None:
+    """Print the one `HOST/REPO@sha256:...` that matches the filters.
+
+    \b
+    From published.json (re-verified against the registry when it answers), or from a registry's tags.
+    None or several matches is an error listing the candidates and the filter that tells them apart.
+
+    \b
+    Examples:
+      build.py resolve --abi cxx11 --python 3.11 --torch-xla 2.9 --accelerator cpu
+      docker pull "$(build.py resolve --abi cxx11 --python 3.11 --accelerator cpu)"
+    """
+    click.echo(resolved.ref)
+
+
+@click.command("pull")
+@_resolve_options
+def pull(resolved: resolving.Resolved) -> None:
+    """Resolve like `resolve`, then pull that image by digest; prints the ref (the image id goes to stderr)."""
+    registry = resolving.registry_of(resolved.ref)
+    credentials = publish.load_credentials(registry.host)
+    with publish.redacting(credentials):
+        image_id = engine.pull_image(resolved.ref, credentials.auth_config(registry.host) if credentials else None,
+                                     _say)
+    _say(f"pulled {resolved.ref} as image {image_id}")
+    click.echo(resolved.ref)

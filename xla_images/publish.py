@@ -1,0 +1,491 @@
+"""Push flavour images to a registry and prove every tag and alias resolves to the pushed digest.
+
+The order is what keeps a registry consistent when anything fails half-way: the canonical tag is pushed and
+verified first (HTTP API v2: the manifest digest the registry serves for the tag), and only then each alias,
+so an alias never names a manifest the registry does not hold. published.json gains a flavour only once all
+its tags are verified; it is rewritten atomically, merged with what it held.
+
+Credentials come from XLA_IMAGES_REGISTRY_USER / XLA_IMAGES_REGISTRY_PASSWORD or from the docker config
+(`auths` in $DOCKER_CONFIG/config.json or ~/.docker/config.json). They are passed to the engine and the
+registry only: never printed, logged or written, and scrubbed from any error message.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import requests
+import tenacity
+
+from . import engine
+from .build import FLAVOUR_ID_LABEL, local_ref
+from .errors import ConfigError, Failure, Location, XlaImagesError
+from .flavour import Flavour
+
+USER_ENV = "XLA_IMAGES_REGISTRY_USER"
+PASSWORD_ENV = "XLA_IMAGES_REGISTRY_PASSWORD"
+PUBLISHED_SCHEMA = 1
+REGISTRY_START_HINT = (
+    "start the suite registry with `ci/registry.sh start`, or pass the right --registry HOST[:PORT]/REPO")
+# Everything a registry may answer for a tag: single-platform manifests and indexes, Docker and OCI.
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+_REPOSITORY_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_HOST = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::\d+)?$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+# --- where -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Registry:
+    """`HOST[:PORT]/REPOSITORY`, the form site.registry and --registry take."""
+
+    host: str
+    repository: str
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--registry") -> Registry:
+        host, sep, repository = text.strip().partition("/")
+        problems = []
+        if not sep or not host or not repository:
+            problems.append("expected HOST[:PORT]/REPOSITORY")
+        elif not _HOST.match(host) or ("." not in host and ":" not in host and host != "localhost"):
+            # Docker reads a first part without a dot or port as a Docker Hub namespace, not a registry.
+            problems.append(f"{host!r} is not a registry host (it needs a dot, a port or to be localhost)")
+        elif not all(_REPOSITORY_PART.match(part) for part in repository.split("/")):
+            problems.append(f"{repository!r} is not a repository name (lowercase letters, digits, . _ - and /)")
+        if problems:
+            raise ConfigError(f"bad registry {text!r}: {problems[0]}", location=Location(where),
+                              rule="registry-format", hint="for example 127.0.0.1:5000/xla-images")
+        return cls(host, repository)
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/{self.repository}"
+
+    def ref(self, tag: str) -> str:
+        return f"{self.name}:{tag}"
+
+    def digest_ref(self, digest: str) -> str:
+        return f"{self.name}@{digest}"
+
+    @property
+    def base_url(self) -> str:
+        # Docker itself speaks plain http to loopback registries and https to every other one.
+        return f"{'http' if _is_loopback(self.host) else 'https'}://{self.host}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# --- credentials -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str = field(repr=False)
+    source: str = "environment"
+
+    def auth_config(self, host: str) -> dict[str, str]:
+        """What the engine's push/pull take."""
+        return {"username": self.username, "password": self.password, "serveraddress": host}
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Strings that must never appear in output: the password and the encodings it travels in."""
+        pair = f"{self.username}:{self.password}".encode()
+        return tuple(s for s in (self.password, base64.b64encode(pair).decode(),
+                                 base64.urlsafe_b64encode(pair).decode()) if s)
+
+    def __repr__(self) -> str:
+        return f"Credentials(username={self.username!r}, password='***', source={self.source!r})"
+
+
+def load_credentials(host: str, environ: Mapping[str, str] | None = None,
+                     docker_config: Path | None = None) -> Credentials | None:
+    """Environment first (CI secrets), then the docker config's `auths` entry for `host`, else anonymous."""
+    environ = os.environ if environ is None else environ
+    user, password = environ.get(USER_ENV), environ.get(PASSWORD_ENV)
+    if user or password:
+        if not (user and password):
+            missing = PASSWORD_ENV if user else USER_ENV
+            raise ConfigError(f"{missing} is not set but its partner is", rule="registry-credentials",
+                              hint=f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
+        return Credentials(user, password, "environment")
+    path = docker_config or _docker_config_path(environ)
+    return _credentials_from_docker_config(path, host)
+
+
+def _docker_config_path(environ: Mapping[str, str]) -> Path:
+    directory = environ.get("DOCKER_CONFIG")
+    return Path(directory) / "config.json" if directory else Path.home() / ".docker" / "config.json"
+
+
+def _credentials_from_docker_config(path: Path, host: str) -> Credentials | None:
+    if not path.is_file():
+        return None
+    try:
+        auths = json.loads(path.read_text(encoding="utf-8")).get("auths") or {}
+    except (OSError, ValueError, AttributeError):
+        raise ConfigError("cannot read the docker config", location=Location(str(path)), rule="docker-config",
+                          hint="fix the JSON (`docker login` rewrites it)") from None
+    for key, entry in auths.items():
+        if _auth_key_host(key) != host or not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            try:
+                user, sep, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                sep = ""
+            if not sep:
+                # Never echo the value: it is a secret even when malformed.
+                raise ConfigError(f"the auth entry for {host} is not base64 of USER:PASSWORD",
+                                  location=Location(str(path)), rule="docker-config",
+                                  hint=f"run `docker login {host}` again")
+            return Credentials(user, password, str(path))
+        if entry.get("username") and entry.get("password"):
+            return Credentials(entry["username"], entry["password"], str(path))
+    return None
+
+
+def _auth_key_host(key: str) -> str:
+    """`https://host:5000/v1/` -> `host:5000`, as docker login writes keys in several spellings."""
+    key = re.sub(r"^[a-z]+://", "", key)
+    return key.split("/", 1)[0]
+
+
+def redact(text: str, credentials: Credentials | None) -> str:
+    if credentials is None:
+        return text
+    for secret in credentials.secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+@contextlib.contextmanager
+def redacting(credentials: Credentials | None) -> Iterator[None]:
+    """Scrub secrets out of any error raised inside (engine and registry messages may quote requests)."""
+    try:
+        yield
+    except XlaImagesError as error:
+        error.message = redact(error.message, credentials)
+        error.hint = redact(error.hint, credentials) if error.hint else error.hint
+        error.args = (error.message,)
+        raise
+
+
+# --- the registry's HTTP API v2 --------------------------------------------------------------------------
+
+class RegistryDown(Exception):
+    """Connection refused, reset or timed out: worth retrying, then a Failure naming the registry."""
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 5
+    first_wait: float = 0.5
+    max_wait: float = 8.0
+
+
+class RegistryClient:
+    """Just enough of the distribution API to verify pushes: manifests by tag or digest, tags, delete."""
+
+    def __init__(self, registry: Registry, credentials: Credentials | None = None, *,
+                 retry: RetryPolicy | None = None, timeout: float = 30.0,
+                 session: requests.Session | None = None) -> None:
+        self.registry = registry
+        self.credentials = credentials
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        self._bearer: dict[str, str] = {}
+
+    # public
+
+    def check_reachable(self) -> None:
+        """GET /v2/: answers 200 (or 401 asking for credentials) when a registry listens there."""
+        response = self._request("GET", "/v2/")
+        if response.status_code not in (200, 401):
+            raise Failure(f"{self.registry.host} answered {response.status_code} to /v2/: not a registry",
+                          rule="registry-reachable", hint=REGISTRY_START_HINT)
+
+    def manifest_digest(self, reference: str) -> str | None:
+        """The digest the registry serves for a tag or digest, or None when it has no such manifest."""
+        path = f"/v2/{self.registry.repository}/manifests/{reference}"
+        response = self._request("HEAD", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
+        if response.status_code == 404:
+            return None
+        self._raise_for(response, f"HEAD manifest {reference}")
+        digest = response.headers.get("Docker-Content-Digest")
+        if digest:
+            return digest
+        # Some registries omit the header on HEAD; the digest is the sha256 of the exact manifest bytes.
+        body = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
+        self._raise_for(body, f"GET manifest {reference}")
+        return "sha256:" + hashlib.sha256(body.content).hexdigest()
+
+    def manifest(self, reference: str) -> dict[str, Any]:
+        """The manifest document (layers with their compressed sizes); a Failure when there is none."""
+        path = f"/v2/{self.registry.repository}/manifests/{reference}"
+        response = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
+        if response.status_code == 404:
+            raise Failure(f"{self.registry.ref(reference)} has no manifest", rule="registry-manifest")
+        self._raise_for(response, f"GET manifest {reference}")
+        return dict(response.json())
+
+    def tags(self) -> list[str]:
+        response = self._request("GET", f"/v2/{self.registry.repository}/tags/list")
+        if response.status_code == 404:
+            return []
+        self._raise_for(response, "list tags")
+        return sorted(response.json().get("tags") or [])
+
+    def delete_manifest(self, digest: str) -> bool:
+        """Delete a manifest (every tag naming it goes too). False when it was not there."""
+        response = self._request("DELETE", f"/v2/{self.registry.repository}/manifests/{digest}")
+        if response.status_code == 404:
+            return False
+        self._raise_for(response, f"DELETE manifest {digest}")
+        return True
+
+    # plumbing
+
+    def _request(self, method: str, path: str, headers: dict[str, str] | None = None) -> requests.Response:
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            wait=tenacity.wait_exponential(multiplier=self.retry.first_wait, max=self.retry.max_wait),
+            retry=tenacity.retry_if_exception_type(RegistryDown),
+            reraise=True,
+        )
+        try:
+            return retrying(self._send_authenticated, method, path, dict(headers or {}))
+        except RegistryDown as down:
+            raise Failure(f"registry {self.registry.host} does not answer ({down}) after "
+                          f"{self.retry.attempts} attempt(s)", rule="registry-reachable",
+                          hint=REGISTRY_START_HINT) from None
+
+    def _send_authenticated(self, method: str, path: str, headers: dict[str, str]) -> requests.Response:
+        scope = f"repository:{self.registry.repository}:pull,push,delete"
+        if scope in self._bearer:
+            headers["Authorization"] = f"Bearer {self._bearer[scope]}"
+        response = self._send(method, path, headers, self._basic())
+        challenge = response.headers.get("WWW-Authenticate", "")
+        if response.status_code == 401 and challenge.lower().startswith("bearer") and scope not in self._bearer:
+            self._bearer[scope] = self._fetch_token(challenge, scope)
+            headers["Authorization"] = f"Bearer {self._bearer[scope]}"
+            response = self._send(method, path, headers, None)
+        return response
+
+    def _basic(self) -> tuple[str, str] | None:
+        return (self.credentials.username, self.credentials.password) if self.credentials else None
+
+    def _send(self, method: str, path: str, headers: dict[str, str],
+              auth: tuple[str, str] | None) -> requests.Response:
+        try:
+            response = self.session.request(method, self.registry.base_url + path, headers=headers, auth=auth,
+                                            timeout=self.timeout, allow_redirects=True)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            raise RegistryDown(_connection_reason(error)) from None
+        except requests.RequestException as error:
+            raise Failure(f"registry {self.registry.host}: {type(error).__name__}", rule="registry-request",
+                          hint=REGISTRY_START_HINT) from None
+        if response.status_code in (502, 503, 504):
+            raise RegistryDown(f"HTTP {response.status_code}")
+        return response
+
+    def _fetch_token(self, challenge: str, scope: str) -> str:
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if not realm:
+            raise Failure(f"registry {self.registry.host} asks for a token without a realm",
+                          rule="registry-auth")
+        params["scope"] = scope
+        try:
+            response = self.session.get(realm, params=params, auth=self._basic(), timeout=self.timeout)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            raise RegistryDown(_connection_reason(error)) from None
+        if response.status_code != 200:
+            raise Failure(f"registry {self.registry.host} refused a token ({response.status_code})",
+                          rule="registry-auth", hint=f"check {USER_ENV}/{PASSWORD_ENV} or `docker login`")
+        body = response.json()
+        return str(body.get("token") or body.get("access_token") or "")
+
+    def _raise_for(self, response: requests.Response, what: str) -> None:
+        if response.status_code in (401, 403):
+            raise Failure(f"registry {self.registry.host} refused {what} ({response.status_code})",
+                          rule="registry-auth",
+                          hint=f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {self.registry.host}`")
+        if response.status_code >= 400:
+            raise Failure(f"registry {self.registry.host}: {what} failed with HTTP {response.status_code}",
+                          rule="registry-request")
+
+
+def _connection_reason(error: Exception) -> str:
+    """A short reason without the URL machinery (and so without anything a URL might carry)."""
+    text = str(error)
+    for reason in ("Connection refused", "Connection reset", "timed out", "Name or service not known",
+                   "No route to host", "Remote end closed connection"):
+        if reason.lower() in text.lower():
+            return reason.lower()
+    return type(error).__name__
+
+
+# --- push ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Published:
+    """One fully verified flavour, as published.json records it."""
+
+    tag: str
+    tags: tuple[str, ...]
+    registry: str
+    digest: str
+    labels: dict[str, str]
+    flavour: dict[str, Any]
+    pushed_at: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.registry}@{self.digest}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tag": self.tag, "tags": list(self.tags), "registry": self.registry, "digest": self.digest,
+                "ref": self.ref, "labels": self.labels, "flavour": self.flavour, "pushed_at": self.pushed_at}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Published:
+        return cls(str(data["tag"]), tuple(data["tags"]), str(data["registry"]), str(data["digest"]),
+                   dict(data.get("labels") or {}), dict(data["flavour"]), str(data.get("pushed_at", "")))
+
+
+Progress = Callable[[str], None]
+
+
+def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
+                 credentials: Credentials | None, progress: Progress = lambda line: None) -> Published:
+    """Push the flavour's tag, verify it, then each alias; return the verified record."""
+    image = local_ref(flavour)
+    with redacting(credentials):
+        labels = _built_labels(flavour, image)
+        client.check_reachable()
+        auth = credentials.auth_config(registry.host) if credentials else None
+        progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)}")
+        digest = _push_tag(image, registry, flavour.tag, auth, progress)
+        _verify(client, registry, flavour.tag, digest)
+        progress(f"{flavour.tag}: verified {registry.digest_ref(digest)}")
+        for alias in flavour.aliases:
+            alias_digest = _push_tag(image, registry, alias, auth, progress)
+            if alias_digest != digest:
+                raise Failure(f"alias {alias} was pushed as {alias_digest}, not {digest} like {flavour.tag}",
+                              rule="push-verified", hint="the local image changed during the push; push again")
+            _verify(client, registry, alias, digest)
+            progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
+    return Published(flavour.tag, flavour.tags, registry.name, digest, labels, flavour.to_json(), _now())
+
+
+def _built_labels(flavour: Flavour, image: str) -> dict[str, str]:
+    labels = engine.image_labels(image)
+    if labels is None:
+        raise Failure(f"{image} is not on this engine", rule="image-built",
+                      hint=f"build it first: `build.py build {flavour.tag}`")
+    if labels.get(FLAVOUR_ID_LABEL) != flavour.id:
+        raise Failure(f"{image} was built from other inputs than the current {flavour.tag} "
+                      f"(flavour id {labels.get(FLAVOUR_ID_LABEL, 'missing')[:19]}, expected {flavour.id[:19]})",
+                      rule="image-built", hint=f"rebuild it: `build.py build {flavour.tag}`")
+    return labels
+
+
+def _push_tag(image: str, registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress) -> str:
+    """Tag locally under the registry's name only for the push; the local tag goes whatever happens."""
+    engine.tag_image(image, registry.name, tag)
+    try:
+        return engine.push_image(registry.name, tag, auth, progress)
+    finally:
+        engine.remove_tag(registry.ref(tag))
+
+
+def _verify(client: RegistryClient, registry: Registry, tag: str, digest: str) -> None:
+    served = client.manifest_digest(tag)
+    if served is None:
+        raise Failure(f"{registry.ref(tag)} is missing right after its push", rule="push-verified",
+                      hint="the registry lost the manifest (restarted without storage?); push again")
+    if served != digest:
+        raise Failure(f"{registry.ref(tag)} resolves to {served}, but the push produced {digest}",
+                      rule="push-verified", hint="someone else pushed the same tag meanwhile; push again")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- published.json --------------------------------------------------------------------------------------
+
+def read_published(path: Path) -> dict[str, Published]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {tag: Published.from_json(entry) for tag, entry in data["flavours"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError("not a published.json written by `build.py push`", location=Location(str(path)),
+                          rule="published-format", hint="delete it and push again") from None
+
+
+def record_published(path: Path, entries: list[Published]) -> None:
+    """Merge entries into the file, replacing it atomically so readers never see half a file."""
+    merged = read_published(path)
+    merged.update({entry.tag: entry for entry in entries})
+    document = {"schema": PUBLISHED_SCHEMA,
+                "flavours": {tag: merged[tag].to_json() for tag in sorted(merged)}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".published-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(document, stream, indent=2, sort_keys=False)
+            stream.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, *,
+             credentials: Credentials | None, retry: RetryPolicy | None = None,
+             progress: Progress = lambda line: None) -> list[Published]:
+    """Push flavours one after another; each is recorded as soon as it is verified. Stops at the first failure."""
+    client = RegistryClient(registry, credentials, retry=retry)
+    done = []
+    for flavour in flavours:
+        entry = push_flavour(flavour, registry, client, credentials, progress)
+        record_published(published_path, [entry])
+        done.append(entry)
+    return done
+
+
+def is_digest(text: str) -> bool:
+    return bool(_DIGEST.match(text))
