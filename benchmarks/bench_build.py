@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build figures on the real engine. Prints figures; asserts nothing.
 
-    python benchmarks/bench_build.py [FLAVOUR] [--with OTHER] [--force] [--matrix matrix.yaml]
+    python benchmarks/bench_build.py [FLAVOUR] [--with OTHER] [--force | --no-build] [--matrix matrix.yaml]
 
 For FLAVOUR (default r2.9.0_3.11_cpu):
   * build time: builds it (with --force: from scratch of the flavour's own steps; otherwise only if it is not
@@ -12,6 +12,8 @@ For FLAVOUR (default r2.9.0_3.11_cpu):
   * layer sharing: bytes two flavours of the same python share (their common ancestor image's size). With
     --with OTHER, or any other local xla-images image of the same python and base; with none, the bytes any
     second flavour of this python would share (the base stage) are shown.
+With --no-build nothing is built: the sizes of the existing xla-images:<tag> are measured even if its
+inputs changed since (then no build or no-op time is shown).
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("flavour", nargs="?", default=DEFAULT_FLAVOUR)
     parser.add_argument("--with", dest="other", default=None, help="a second built flavour of the same python")
     parser.add_argument("--force", action="store_true", help="rebuild FLAVOUR to time a full build")
+    parser.add_argument("--no-build", action="store_true", help="only measure the existing image")
     parser.add_argument("--matrix", type=Path, default=Path(__file__).resolve().parents[1] / "matrix.yaml")
     args = parser.parse_args()
 
@@ -61,7 +64,20 @@ def main() -> None:
     flavour = plan.select((args.flavour,))[0]
     print(f"flavour {flavour.tag}")
 
-    result = _build(plan, flavour, force=args.force)
+    if not args.no_build:
+        _print_build_times(plan, flavour, args.force)
+    elif build.built_image_id(flavour) is None:
+        print("build time:            n/a (--no-build; the image's inputs changed since it was built)")
+
+    ref = build.local_ref(flavour)
+    image = engine.image_inspect(ref)
+    if image is None:
+        sys.exit(f"{ref} is not on the engine: build it first")
+    _measure(flavour, ref, image, args.other)
+
+
+def _print_build_times(plan, flavour, force: bool) -> None:
+    result = _build(plan, flavour, force=force)
     if result.outcome is Outcome.BUILT:
         print(f"build time:            {result.seconds:8.1f} s  (base {result.base_image})")
     elif result.outcome is Outcome.SKIPPED:
@@ -75,8 +91,8 @@ def main() -> None:
     assert noop.outcome is Outcome.SKIPPED, noop.outcome
     print(f"no-op rebuild:         {noop.seconds:8.2f} s  (goal: seconds)")
 
-    ref = build.local_ref(flavour)
-    image = engine.image_inspect(ref)
+
+def _measure(flavour, ref: str, image: dict, other: str | None) -> None:
     base_ref = image["Config"]["Labels"].get("org.opencontainers.image.base.name", "")
     base = engine.image_inspect(base_ref) if base_ref else None
     venv = _venv_bytes(ref)
@@ -90,7 +106,7 @@ def main() -> None:
         print(f"installed /opt/venv:   {venv / 1e9:8.3f} GB")
         print(f"size overhead:         {ratio:8.3f}  (image / (base + venv); goal <= {SIZE_GOAL}: {verdict})")
 
-    _print_sharing(flavour, ref, base_ref, args.other)
+    _print_sharing(flavour, ref, base_ref, other)
 
 
 def _build(plan, flavour, *, force: bool) -> build.FlavourResult:

@@ -4,7 +4,8 @@ How a flavour is built (CONTRACTS "Build context"):
   1. skip it when `xla-images:<tag>` already carries the flavour's content-addressed id (unless forced);
   2. check its committed lock is fresh, pick its base image (site base if present or pullable, else the
      bootstrapped `xla-images/base:<python>`), write a context to a temp dir;
-  3. build it UNTAGGED with the classic builder (rm + forcerm: the engine removes step containers even on
+  3. build the `base` stage once per python first (so flavours built in parallel share its layers), then
+     the flavour UNTAGGED with the classic builder (rm + forcerm: the engine removes step containers even on
      failure), streaming the output to reports/<tag>/build.log and the display;
   4. only then tag it `xla-images:<tag>` and its aliases. A failed or interrupted build tags nothing, so an
      earlier good image keeps its tag.
@@ -37,6 +38,7 @@ FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
 REPORTS = "reports"
 BUILD_LOG = "build.log"
 KEEP_FILE = ".keep"
+BASE_STAGE = "base"  # the Dockerfile's first stage (CONTRACTS): identical for every flavour of a python
 
 
 def local_ref(flavour: Flavour, name: str | None = None) -> str:
@@ -208,6 +210,8 @@ class _Run:
     traces: list[engine.BuildTrace] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     removed: list[str] = field(default_factory=list)
+    base_stage_locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
+    base_stages_built: set[tuple[str, str]] = field(default_factory=set)
 
     def execute(self, flavours: list[Flavour]) -> list[FlavourResult]:
         engine.client()  # fail early, with the hint, when no engine answers
@@ -298,24 +302,48 @@ class _Run:
         with tempfile.TemporaryDirectory(prefix=f"xla-images-context-{flavour.tag}-") as scratch:
             for note in write_context(self.plan, flavour, Path(scratch), self.options.wheelhouse):
                 say(note)
+            self._build_base_stage(flavour, base, Path(scratch) / "Dockerfile", say)
             build = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id})
-            with self.lock:
-                if self.interrupted.is_set():
-                    raise engine.BuildAborted()
-                self.active[flavour.tag] = build
-                self.traces.append(build.trace)
             self.reporter.state(flavour, "building")
-            try:
-                image_id = build.run(lambda line: self._on_build_line(flavour, line, say))
-            finally:
-                with self.lock:
-                    self.active.pop(flavour.tag, None)
+            image_id = self._run(flavour, build, say)
         with self.lock:
             if self.interrupted.is_set():
                 raise engine.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged
             _tag(flavour, image_id)
         say(f"tagged {', '.join(local_ref(flavour, name) for name in flavour.tags)} -> {image_id[7:19]}")
         return image_id
+
+    def _build_base_stage(self, flavour: Flavour, base: str, dockerfile: Path, say) -> None:
+        """Build the `base` stage once per python and base before any flavour of it goes on.
+
+        Its layers are then in the cache for every flavour of that python, so they all share them. Without
+        this, flavours of one python built at the same time (--jobs) would each make their own venv layer.
+        """
+        key = (flavour.python, base)
+        with self.lock:
+            stage_lock = self.base_stage_locks.setdefault(key, threading.Lock())
+        with stage_lock:
+            if key in self.base_stages_built:
+                return
+            say(f"base stage for python {flavour.python} (shared by its flavours):")
+            with tempfile.TemporaryDirectory(prefix="xla-images-base-stage-") as scratch:
+                # The base stage copies nothing from the context: the Dockerfile alone is enough.
+                shutil.copyfile(dockerfile, Path(scratch) / "Dockerfile")
+                stage = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base}, target=BASE_STAGE)
+                self._run(flavour, stage, say)
+            self.base_stages_built.add(key)
+
+    def _run(self, flavour: Flavour, build: engine.StreamingBuild, say) -> str:
+        with self.lock:
+            if self.interrupted.is_set():
+                raise engine.BuildAborted()
+            self.active[flavour.tag] = build
+            self.traces.append(build.trace)
+        try:
+            return build.run(lambda line: self._on_build_line(flavour, line, say))
+        finally:
+            with self.lock:
+                self.active.pop(flavour.tag, None)
 
     def _on_build_line(self, flavour: Flavour, line: str, say) -> None:
         say(line)

@@ -226,10 +226,12 @@ class StreamingBuild:
     another.
     """
 
-    def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None) -> None:
+    def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None,
+                 target: str | None = None) -> None:
         self.context = Path(context)
         self.buildargs = dict(buildargs)
         self.labels = dict(labels or {})
+        self.target = target
         self.trace = BuildTrace()
         self._aborted = threading.Event()
         self._responses: list[requests.Response] = []
@@ -241,7 +243,7 @@ class StreamingBuild:
         own.hooks["response"].append(self._remember)
         try:
             events = own.build(path=str(self.context), buildargs=self.buildargs, labels=self.labels, rm=True,
-                               forcerm=True, decode=True, pull=False)
+                               forcerm=True, decode=True, pull=False, target=self.target)
             if self._aborted.is_set():
                 self._disconnect()
             for event in events:
@@ -400,7 +402,7 @@ def running_container(image: str, command: list[str], *, role: str,
         container = client().containers.create(
             image, command=command, name=name, labels={CREATED_BY_LABEL: role},
             environment=options.environment, privileged=options.privileged,
-            network_mode=options.network_mode, shm_size=options.shm_size, detach=True)
+            network_mode=options.network_mode, shm_size=options.shm_size)
         container.start()
         yield container.id
     except docker.errors.ImageNotFound:
@@ -409,7 +411,16 @@ def running_container(image: str, command: list[str], *, role: str,
     except docker.errors.APIError as error:
         raise Failure(f"cannot run a container of {image}: {_short(error)}", rule="engine-run") from None
     finally:
+        _remove_by_name(name)
+
+
+def _remove_by_name(name: str) -> None:
+    try:
         remove_container(name)
+    except docker.errors.APIError as error:
+        # 409 "removal already in progress": someone else (a sweep) is removing it; gone is what we want.
+        if getattr(error, "status_code", None) != 409:
+            raise Failure(f"cannot remove container {name}: {_short(error)}", rule="engine-remove") from None
 
 
 def run_container(image: str, command: list[str], *, role: str, options: RunOptions | None = None,
@@ -483,6 +494,9 @@ def _follow_lines(container_id: str) -> Iterator[str]:
 def _wait(container_id: str, image: str, timeout: float) -> int:
     try:
         return int(api().wait(container_id, timeout=max(timeout, 1.0))["StatusCode"])
+    except docker.errors.NotFound:
+        raise Failure(f"the container of {image} vanished while it ran", rule="container-gone",
+                      hint="something else removed it (a clean-up sweep?); run again") from None
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
         raise Failure(f"a container of {image} did not finish within {timeout:.0f} s", rule="container-timeout",
                       hint="it was removed; raise the timeout or look at the command it ran") from None

@@ -477,7 +477,13 @@ def record_published(path: Path, entries: list[Published]) -> None:
 def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, *,
              credentials: Credentials | None, retry: RetryPolicy | None = None,
              progress: Progress = lambda line: None) -> list[Published]:
-    """Push flavours one after another; each is recorded as soon as it is verified. Stops at the first failure."""
+    """Push flavours one after another; each is recorded as soon as it is verified. Stops at the first failure.
+
+    Every image is checked to be built from its flavour's current inputs before anything is pushed, so a
+    missing or stale image fails the run up front instead of half-way.
+    """
+    for flavour in flavours:
+        _built_labels(flavour, local_ref(flavour))
     client = RegistryClient(registry, credentials, retry=retry)
     done = []
     for flavour in flavours:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,9 +214,7 @@ def write(plan: Plan) -> WriteResult:
     for directory in _orphan_dirs(plan):
         relative = str(directory.relative_to(plan.root))
         if all(_is_generated(path) for path in directory.rglob("*") if path.is_file()):
-            for path in sorted(directory.rglob("*"), reverse=True):
-                path.unlink() if not path.is_dir() else path.rmdir()
-            directory.rmdir()
+            shutil.rmtree(directory)
             removed.append(relative)
         else:
             kept.append(relative)
@@ -278,7 +277,9 @@ def _orphans(plan: Plan) -> list[Finding]:
 
 
 def _orphan_dirs(plan: Plan) -> list[Path]:
-    parent = plan.root / "Dockerfiles"
+    from .plan import DOCKERFILES  # a top-level import would be circular
+
+    parent = plan.root / DOCKERFILES
     if not parent.is_dir():
         return []
     tags = {flavour.tag for flavour in plan.flavours}

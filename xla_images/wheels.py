@@ -20,7 +20,9 @@ How resolution works, and why:
 * Flavours that differ only by accelerator (same python, ABI, torch_xla and wheel source) are resolved together
   once, with the union of their requirements, and each lock is its flavour's closure within that resolution:
   half the work, and cpu and tpu images of a release get the same versions. The union is part of the lock's
-  inputs hash, so the result does not depend on which flavours one asked to lock.
+  inputs hash, so the result does not depend on which flavours one asked to lock. When a group cannot resolve
+  together (a tpu pin without a wheel for that python), each member is resolved alone; such a lock records
+  its own requirements as what it was resolved with, and counts as fresh too.
 
 The lock header records `# inputs: sha256:<hash>` of requirements, union, python, platforms and the wheel source,
 so `render --check` can flag a stale lock without the network.
@@ -210,8 +212,10 @@ def lock_status(plan: Plan, flavour: Flavour) -> LockStatus:
         lock = read_lock(path)
     except ConfigError as error:
         return LockStatus(LockState.STALE, f"unreadable ({error.message})")
-    expected = lock_inputs(flavour, group_requirements(plan.flavours, flavour))
-    if lock.inputs != expected:
+    # Resolved with its group, or alone when the group could not resolve together (see lock()).
+    expected = {lock_inputs(flavour, group_requirements(plan.flavours, flavour)),
+                lock_inputs(flavour, flavour.requirements)}
+    if lock.inputs not in expected:
         return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
                                            "wheel source changed since)")
     return LockStatus(LockState.FRESH)
@@ -288,8 +292,9 @@ class Resolver:
             raise Failure(f"pip could not resolve {' '.join(roots)} for python {flavour.python} "
                           f"from wheel source {flavour.wheel_source.name}:\n{_tail(result.stderr)}",
                           rule="lock-resolve",
-                          hint="check the versions in matrix.yaml and the wheel source; for a TLS-intercepting "
-                               "proxy set ca_bundle (site.yaml or --set ca_bundle=FILE)")
+                          hint=f"every pin needs a wheel for python {flavour.python} on x86_64 Linux (pip lists "
+                               "the versions it found): fix the pin or exclude the flavour in matrix.yaml, or fix "
+                               "the wheel source; behind a TLS-intercepting proxy set ca_bundle")
         try:
             return json.loads(result.stdout)
         except json.JSONDecodeError:
@@ -473,14 +478,9 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         else:
             groups.setdefault(group_key(flavour), []).append(flavour)
 
-    def run(members: list[Flavour]) -> list[LockResult] | GroupFailure:
+    def resolve_and_write(members: list[Flavour], roots: Sequence[str]) -> list[LockResult]:
         started = time.monotonic()
-        roots = group_requirements(plan.flavours, members[0])
-        try:
-            entries = resolver.resolve(members, roots)
-        except XlaImagesError as error:
-            progress(f"FAILED {' + '.join(flavour.tag for flavour in members)}")
-            return GroupFailure(tuple(flavour.tag for flavour in members), error)
+        entries = resolver.resolve(members, roots)
         seconds = time.monotonic() - started
         written = []
         for flavour in members:
@@ -492,14 +492,31 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         progress(f"resolved {' + '.join(flavour.tag for flavour in members)} in {seconds:.1f}s")
         return written
 
+    def run(members: list[Flavour]) -> tuple[list[LockResult], list[GroupFailure]]:
+        try:
+            return resolve_and_write(members, group_requirements(plan.flavours, members[0])), []
+        except XlaImagesError as error:
+            if len(members) == 1:
+                progress(f"FAILED {members[0].tag}")
+                return [], [GroupFailure((members[0].tag,), error)]
+        # Together they do not resolve (say, the tpu sibling's libtpu has no wheel for this python): whoever
+        # resolves alone still gets a lock, recorded as resolved from its own requirements.
+        progress(f"{' + '.join(flavour.tag for flavour in members)} do not resolve together; trying each alone")
+        results, failures = [], []
+        for flavour in members:
+            try:
+                results += resolve_and_write([flavour], flavour.requirements)
+            except XlaImagesError as alone:
+                progress(f"FAILED {flavour.tag}")
+                failures.append(GroupFailure((flavour.tag,), alone))
+        return results, failures
+
     locked: list[LockResult] = []
     failed: list[GroupFailure] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for outcome in pool.map(run, groups.values()):
-            if isinstance(outcome, GroupFailure):
-                failed.append(outcome)
-            else:
-                locked.extend(outcome)
+        for results, failures in pool.map(run, groups.values()):
+            locked.extend(results)
+            failed.extend(failures)
     return LockReport(tuple(locked), tuple(skipped), tuple(failed))
 
 

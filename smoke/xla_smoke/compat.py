@@ -7,7 +7,7 @@ it supports.
 Known differences:
 - device / step barrier: `torch_xla.device()` and `torch_xla.sync()` are the current spelling; the older
   `xm.xla_device()` / `xm.mark_step()` are deprecated from 2.7 and warn.
-- device kind: `torch_xla.runtime.device_type()`; older code used `xm.xla_device_hw(device)`.
+- device kind: `xm.xla_device_hw(device)`; the private `_XLAC._xla_real_devices` it wraps is the fallback.
 - `scan(..., is_fn_pure=)` and `scan_layers(..., is_layer_pure=)` exist only from 2.8.
 - HLO text of pending lazy tensors: `torch_xla._XLAC._get_xla_tensors_hlo`; `_get_xla_tensors_text` (the
   lazy IR, without frontend attributes) is the last resort.
@@ -53,16 +53,15 @@ def wait_device_ops() -> None:
 
 
 def device_kind(xla_device: Optional[torch.device] = None) -> str:
-    """`CPU`, `TPU`, `CUDA`, ... of the PJRT client in use."""
-    try:
-        import torch_xla.runtime as xr
-        if hasattr(xr, "device_type"):
-            kind = xr.device_type()
-            if kind:
-                return str(kind).upper()
-    except ImportError:
-        pass
-    return str(xm.xla_device_hw(xla_device if xla_device is not None else device())).upper()
+    """`CPU`, `TPU`, `CUDA`, ... of the device torch_xla really opened.
+
+    Asks the runtime for the real device behind the xla device, which initialises the PJRT client: a device
+    that cannot be opened raises here. (`torch_xla.runtime.device_type()` only echoes PJRT_DEVICE.)
+    """
+    xla_device = xla_device if xla_device is not None else device()
+    if hasattr(xm, "xla_device_hw"):
+        return str(xm.xla_device_hw(xla_device)).upper()
+    return str(torch_xla._XLAC._xla_real_devices([str(xla_device)])[0]).split(":")[0].upper()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,9 @@ def run_suite(context: Context, selected: list[str], progress: Optional[TextIO] 
     # The environment is described even when its check is not selected: every report says what it ran on.
     from xla_smoke.checks.environment import probe
     context.environment = probe()
-    results = [_run_one(name, context, progress) for name in selected]
+    unusable = context.environment.get("errors")
+    results = [_not_run(name, unusable, progress) if unusable and name != "environment"
+               else _run_one(name, context, progress) for name in selected]
     return report.build(context.expectations.as_dict(), context.environment, results, context.suite_metrics,
                         time.perf_counter() - started)
 
@@ -42,6 +44,13 @@ def _run_one(name: str, context: Context, progress: TextIO) -> CheckResult:
     seconds = time.perf_counter() - started
     print(f"[xla_smoke] {name}: {outcome.status} ({seconds:.1f}s)", file=progress, flush=True)
     return CheckResult(name, outcome.status, seconds, outcome.message, outcome.metrics)
+
+
+def _not_run(name: str, reasons: list[str], progress: TextIO) -> CheckResult:
+    """torch_xla cannot be imported or cannot open its device: a check that tried anyway could abort the whole
+    process (a second PJRT client initialisation after a failed one does), losing the report."""
+    print(f"[xla_smoke] {name}: error (torch_xla unusable)", file=progress, flush=True)
+    return CheckResult(name, report.ERROR, 0.0, "not run, torch_xla is unusable: " + "; ".join(reasons), {})
 
 
 def _describe(exc: BaseException) -> str:

@@ -67,6 +67,15 @@ def test_up_to_date_flavour_is_skipped(built, reporter, capsys) -> None:
         print(f"\nno-op rebuild of {len(results)} flavours: {seconds:.2f} s")
     assert [result.outcome for result in results] == [Outcome.SKIPPED, Outcome.SKIPPED]
     assert {result.flavour.tag: result.image_id for result in results} == before
+    started = time.monotonic()
+    cli = built.cli("build")
+    seconds = time.monotonic() - started
+    with capsys.disabled():
+        print(f"no-op `build.py build` (process start, plan, engine checks): {seconds:.2f} s")
+    assert cli.returncode == 0, cli.stderr
+    assert [line.split("] ")[1].split(" (")[0] for line in cli.stderr.splitlines() if line.startswith("[")] == [
+        "up to date", "up to date"], cli.stderr
+    assert {flavour.tag: built.image_id(flavour.torch_xla) for flavour in plan.flavours} == before
 
 
 def test_changed_input_is_rebuilt_and_force_rebuilds(built, reporter, no_leaked_containers) -> None:

@@ -18,7 +18,7 @@ def test_list_json_contract() -> None:
     result = run("list", "--json")
     assert result.returncode == 0, result.stderr
     flavours = json.loads(result.stdout)
-    assert len(flavours) == 31
+    assert len(flavours) == 30
     required = {"tag", "aliases", "torch_xla", "torch", "python", "abi", "accelerator", "libtpu", "id"}
     for flavour in flavours:
         assert required <= set(flavour)

@@ -345,6 +345,19 @@ def test_push_all_records_only_verified_flavours(monkeypatch: pytest.MonkeyPatch
     assert list(recorded) == [first.tag]
 
 
+def test_push_all_refuses_up_front_when_any_image_is_not_built(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    first, second = make_flavour(), make_flavour(python="3.10", aliases=(), id="sha256:" + "2" * 64)
+    fake = FakeEngine({tag: DIGEST_A for tag in first.tags}, None)
+    fake.image_labels = lambda ref: good_labels(first) if first.tag in ref else None  # type: ignore[method-assign]
+    patch_engine(monkeypatch, fake)
+    path = tmp_path / "published.json"
+    with pytest.raises(Failure, match=f"xla-images:{second.tag} is not on this engine"):
+        publish.push_all([first, second], Registry.parse("127.0.0.1:5999/xla-images"), path, credentials=None,
+                         retry=NO_WAIT)
+    assert fake.events == [] and not path.exists()
+
+
 # --- published.json ---------------------------------------------------------------------------------------
 
 def entry(tag: str, digest: str, **facts: Any) -> publish.Published:

@@ -2,6 +2,7 @@
 wheels made here, so these tests need no network and exercise the same code path as `build.py lock`."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import zipfile
@@ -28,12 +29,15 @@ releases:
     python_support: ">=3.10,<3.14"
     libtpu: "0.0.21"
 """
+ONE_PYTHON = MATRIX.replace('pythons: ["3.11", "3.12"]', 'pythons: ["3.11"]')
 
 # name, version, Requires-Dist. The markers make the closure differ between the host (3.11) and python 3.12.
 INDEX_WHEELS = [
     ("torch", "2.9.0", ["filelock", "sympy>=1.13", 'setuptools; python_version >= "3.12"',
                         'importlib-metadata; python_version < "3.10"', 'optree>=0.13; extra == "optree"']),
     ("torch_xla", "2.9.0", ["torch==2.9.0", "absl-py>=1.0", "requests[socks]"]),
+    ("torch", "2.8.0", ["filelock"]),
+    ("torch_xla", "2.8.1", ["torch==2.8.0"]),
     ("libtpu", "0.0.21", []),
     ("filelock", "3.0.0", []),
     ("filelock", "3.1.0", []),
@@ -52,7 +56,7 @@ def write_wheel(directory: Path, name: str, version: str, requires: list[str]) -
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}-{version}-py3-none-any.whl"
     dist_info = f"{name}-{version}.dist-info"
-    metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     metadata += [f"Requires-Dist: {requirement}" for requirement in requires]
     metadata += sorted({f"Provides-Extra: {r.split('extra == ')[1].strip(chr(34))}" for r in requires
                         if "extra ==" in r})
@@ -148,7 +152,6 @@ def test_inputs_hash_tracks_every_input(tmp_path: Path, index: Path) -> None:
     assert union == ("libtpu==0.0.21", "torch==2.9.0", "torch_xla==2.9.0")
     base = wheels.lock_inputs(flavour, union)
     assert base == wheels.lock_inputs(flavour, tuple(reversed(union)))  # order of the union does not matter
-    import dataclasses
     variants = [
         wheels.lock_inputs(flavour, ("torch==2.9.0", "torch_xla==2.9.0")),
         wheels.lock_inputs(dataclasses.replace(flavour, python="3.12"), union),
@@ -195,7 +198,8 @@ def report_items(specs) -> dict:
     ("3.11", set(), {"setuptools", "importlib-metadata"}),
 ])
 def test_closure_evaluates_markers_for_the_target(python: str, has: set[str], lacks: set[str]) -> None:
-    latest = [spec for spec in INDEX_WHEELS if (spec[0], spec[1]) != ("filelock", "3.0.0")]
+    older = {("filelock", "3.0.0"), ("torch", "2.8.0"), ("torch_xla", "2.8.1")}
+    latest = [spec for spec in INDEX_WHEELS if (spec[0], spec[1]) not in older]
     result = wheels.closure(report_items(latest), ["torch==2.9.0", "torch_xla==2.9.0"],
                             wheels.target_environment(python))
     assert result.missing == [] and result.conflicts == []
@@ -243,31 +247,44 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
     assert all(wheels.lock_status(fresh, f).state is wheels.LockState.FRESH for f in fresh.flavours)
     assert not [finding for finding in render.check(fresh) if finding.path.endswith(wheels.LOCK_NAME)]
 
-    again = wheels.lock(fresh, list(fresh.flavours))
-    assert not any(result.changed for result in again.locked)
+    again = wheels.lock(fresh, [next(f for f in fresh.flavours if f.tag == "r2.9.0_3.11_cpu")])
+    assert [(result.tag, result.changed, result.shared_with) for result in again.locked] == [
+        ("r2.9.0_3.11_cpu", False, ())]
 
 
 def project_overrides(index: Path) -> tuple[str, ...]:
     return ("ca_bundle=none", f'wheel_sources=[{{name: test-index, index_url: "{index.as_uri()}/"}}]')
 
 
-def test_a_group_that_cannot_resolve_does_not_stop_the_others(tmp_path: Path, index: Path) -> None:
-    matrix = MATRIX + """\
+def test_failures_do_not_stop_the_others_and_siblings_lock_alone(tmp_path: Path, index: Path) -> None:
+    matrix = ONE_PYTHON + """\
   "2.8.1":
     torch: "2.8.0"
     pytorch_git_rev: v2.8.0
     xla_git_rev: v2.8.1
     python_support: ">=3.10,<3.14"
-    pythons: ["3.11"]
+    libtpu: "0.0.17"
+  "2.7.0":
+    torch: "2.7.0"
+    pytorch_git_rev: v2.7.0
+    xla_git_rev: v2.7.0
+    python_support: ">=3.9,<3.12"
     accelerators: [cpu]
 """
     plan = project(tmp_path, index, matrix)
     report = wheels.lock(plan, list(plan.flavours))
-    assert [failure.tags for failure in report.failed] == [("r2.8.1_3.11_cpu",)]
-    error = report.failed[0].error
-    assert isinstance(error, Failure) and "torch==2.8.0" in error.message and "test-index" in error.message
-    assert len(report.locked) == 4
-    assert not (tmp_path / "Dockerfiles" / "r2.8.1_3.11_cpu" / wheels.LOCK_NAME).exists()
+    # libtpu 0.0.17 and torch 2.7.0 are not in the index; the 2.8.1 cpu flavour needs neither.
+    assert sorted(failure.tags for failure in report.failed) == [("r2.7.0_3.11_cpu",), ("r2.8.1_3.11_tpuvm",)]
+    errors = {failure.tags[0]: failure.error for failure in report.failed}
+    assert isinstance(errors["r2.7.0_3.11_cpu"], Failure)
+    assert "torch==2.7.0" in errors["r2.7.0_3.11_cpu"].message and "test-index" in errors["r2.7.0_3.11_cpu"].message
+    assert "libtpu==0.0.17" in errors["r2.8.1_3.11_tpuvm"].message
+    assert sorted(result.tag for result in report.locked) == ["r2.8.1_3.11_cpu", "r2.9.0_3.11_cpu",
+                                                              "r2.9.0_3.11_tpuvm"]
+    assert not (tmp_path / "Dockerfiles" / "r2.7.0_3.11_cpu" / wheels.LOCK_NAME).exists()
+    alone = next(flavour for flavour in plan.flavours if flavour.tag == "r2.8.1_3.11_cpu")
+    assert wheels.lock_status(plan, alone).state is wheels.LockState.FRESH
+    assert set(lock_names(plan, "r2.8.1_3.11_cpu")) == {"torch", "torch-xla", "filelock"}
 
 
 def test_wheelhouse_source_is_locked_from_local_files(tmp_path: Path, index: Path) -> None:
@@ -295,7 +312,7 @@ def test_wheelhouse_source_is_locked_from_local_files(tmp_path: Path, index: Pat
 # --- the host wheelhouse ------------------------------------------------------------------------------------
 
 def test_fetch_downloads_each_wheel_once_and_verifies(tmp_path: Path, index: Path) -> None:
-    plan = project(tmp_path, index)
+    plan = project(tmp_path, index, ONE_PYTHON)
     wheels.lock(plan, list(plan.flavours))
     plan = load_plan(plan.matrix_path, overrides=project_overrides(index))
     house = tmp_path / "house"
@@ -313,7 +330,7 @@ def test_fetch_downloads_each_wheel_once_and_verifies(tmp_path: Path, index: Pat
     assert repaired.downloaded == ("torch-2.9.0-py3-none-any.whl",)
     assert sha256(corrupt) == every[corrupt.name]
 
-    flavour = next(f for f in plan.flavours if f.tag == "r2.9.0_3.12_cpu")
+    flavour = next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")
     inputs = wheels.context_inputs(plan, flavour, house)
     assert inputs.offline and len(inputs.wheels) == len(wheels.read_lock(plan.lock_path(flavour)).entries)
     assert "no-index = true" in inputs.pip_conf and inputs.ca_bundle is None

@@ -152,3 +152,22 @@ def test_invalid_abi_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     captured = capsys.readouterr()
     assert code == 2
     assert "cxx14" in captured.err and captured.out == ""
+
+
+def test_unopenable_device_fails_the_environment_and_stops_the_other_checks(tmp_path: Path) -> None:
+    """A TPU image started without a TPU (PJRT_DEVICE=TPU, no libtpu here): the report still gets written."""
+    if _installed("libtpu") is not None:
+        pytest.skip("this venv has libtpu installed")
+    import os
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": str(SMOKE_DIR), "PJRT_DEVICE": "TPU"}
+    result = subprocess.run([sys.executable, "-m", "xla_smoke", "--only", "environment,scan", "--report-dir",
+                             str(tmp_path), *flags(actual_expectations())],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1, result.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    environment, scan = report["checks"]
+    assert environment["status"] == "failed"
+    assert "torch_xla could not open its device (PJRT_DEVICE=TPU)" in environment["message"]
+    assert scan["status"] == "error" and scan["message"].startswith("not run, torch_xla is unusable")
+    assert report["environment"]["device"] is None

@@ -10,7 +10,7 @@ from typing import Iterator
 import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from .. import base as bases
 from .. import build as building
@@ -176,9 +176,12 @@ class _LiveReporter:
     """A terminal: one live row per flavour (spinner, current step, elapsed time)."""
 
     def __init__(self, console: Console) -> None:
-        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[tag]}"),
-                                 TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                                 transient=False)
+        # The tag never wraps or shrinks; the step text takes what is left and ends in an ellipsis.
+        self.progress = Progress(SpinnerColumn(),
+                                 TextColumn("[bold]{task.fields[tag]}", table_column=Column(no_wrap=True)),
+                                 TextColumn("{task.description}", markup=False,
+                                            table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+                                 TimeElapsedColumn(), console=console, transient=False, expand=True)
         self._tasks: dict[str, TaskID] = {}
         self._lock = threading.Lock()
 

@@ -35,21 +35,30 @@ def probe() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - reported by the check
         errors.append(f"import torch failed: {type(exc).__name__}: {exc}")
     if not errors:
-        try:
-            from xla_smoke import compat
-            env["torch_xla"] = compat.version()
-            env["device"] = compat.device_kind()
-        except Exception as exc:  # noqa: BLE001
-            errors.append(f"import torch_xla failed: {type(exc).__name__}: {exc}")
+        errors += _probe_torch_xla(env)
     if errors:
-        env["import_errors"] = errors
+        env["errors"] = errors
     return env
+
+
+def _probe_torch_xla(env: dict[str, Any]) -> list[str]:
+    try:
+        from xla_smoke import compat
+        env["torch_xla"] = compat.version()
+    except Exception as exc:  # noqa: BLE001
+        return [f"import torch_xla failed: {type(exc).__name__}: {exc}"]
+    try:
+        env["device"] = compat.device_kind()
+    except Exception as exc:  # noqa: BLE001 - e.g. PJRT_DEVICE=TPU on a host without one
+        return [f"torch_xla could not open its device (PJRT_DEVICE={env['pjrt_device']}): "
+                f"{type(exc).__name__}: {exc}"]
+    return []
 
 
 def run(context: Context) -> Outcome:
     expected = context.expectations
     env = context.environment
-    problems: list[str] = list(env.get("import_errors", []))
+    problems: list[str] = list(env.get("errors", []))
     problems += _missing(expected)
     problems += _versions(expected, env)
     problems += _abi(expected, env)

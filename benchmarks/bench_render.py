@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""How long validating and rendering the whole matrix takes (target: under 1 s). Prints figures, asserts nothing.
+
+    python benchmarks/bench_render.py [--matrix matrix.yaml] [--repeat 5]
+
+Phases: load_plan (parse + validate matrix.yaml and site settings, render every flavour, content-address ids),
+render_flavour alone over every flavour (the templates, warm), and render --check (compare with the disk, no
+network). The first load includes importing and compiling the Jinja templates.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xla_images import render  # noqa: E402
+from xla_images.plan import load_plan  # noqa: E402
+
+
+def timed(function, repeat: int) -> tuple[float, list[float], object]:
+    results, seconds = None, []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        results = function()
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds), seconds, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--matrix", type=Path, default=ROOT / "matrix.yaml")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    plan = load_plan(args.matrix)
+    cold = time.perf_counter() - started
+    files = sum(len(rendered) for rendered in plan.rendered.values())
+    print(f"matrix: {len(plan.flavours)} flavours, {files} rendered files")
+    print(f"validate + render, first (cold: imports, template compile): {cold * 1000:8.1f} ms")
+
+    median, runs, _ = timed(lambda: load_plan(args.matrix), args.repeat)
+    print(f"validate + render + ids (load_plan), warm, median of {len(runs)}: {median * 1000:8.1f} ms "
+          f"(min {min(runs) * 1000:.1f}, max {max(runs) * 1000:.1f})")
+
+    median, runs, _ = timed(lambda: [render.render_flavour(flavour) for flavour in plan.flavours], args.repeat)
+    print(f"render_flavour x {len(plan.flavours)}, warm, median:               {median * 1000:8.1f} ms "
+          f"({median / len(plan.flavours) * 1000:.2f} ms per flavour)")
+
+    median, runs, findings = timed(lambda: render.check(plan), args.repeat)
+    print(f"render --check (disk compare, lock inputs), median:       {median * 1000:8.1f} ms "
+          f"({len(findings)} finding(s))")
+    print(f"target: validate + render under 1000 ms -> {'met' if cold < 1.0 else 'NOT met'} (cold {cold * 1000:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()
