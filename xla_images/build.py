@@ -193,8 +193,13 @@ def build_flavours(plan: Plan, flavours: list[Flavour], options: BuildOptions,
     for them to stop, cleans up, and propagates.
     """
     if options.ca_bundle is not None:
-        plan = dataclasses.replace(plan, site=dataclasses.replace(plan.site, ca_bundle_setting=str(options.ca_bundle)))
+        plan = with_ca_bundle(plan, options.ca_bundle)
     return _Run(plan, options, reporter).execute(flavours)
+
+
+def with_ca_bundle(plan: Plan, ca_bundle: Path) -> Plan:
+    """The plan with `--ca-bundle FILE` in place of the site's setting (it is not part of any flavour id)."""
+    return dataclasses.replace(plan, site=dataclasses.replace(plan.site, ca_bundle_setting=str(ca_bundle.resolve())))
 
 
 @dataclass

@@ -209,7 +209,7 @@ class BuildTrace:
     started: float = field(default_factory=time.time)
     # Short (12 hex) ids of every image a step produced or reused, in order; the first is the base.
     images: list[str] = field(default_factory=list)
-    # Short ids of the containers RUN steps ran in.
+    # Short ids of the containers the steps ran in ("Running in ..."; the engine removes them itself).
     containers: list[str] = field(default_factory=list)
     image_id: str | None = None
 

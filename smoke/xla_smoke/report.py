@@ -170,12 +170,18 @@ def render_summary(report: dict[str, Any]) -> str:
 def _metric_lines(metrics: dict[str, Any]) -> list[str]:
     lines = []
     for point in metrics.get("compile_sweep") or []:
-        lines.append(f"  compile time, {point['layers']} decoder layers fwd+bwd: loop {point['compile_loop_s']:.1f}s, "
-                     f"scan_layers {point['compile_scan_s']:.1f}s, ratio {point['compile_ratio']:.2f}x")
+        lines.append(f"  compile time, {point['layers']} decoder layers fwd+bwd: "
+                     f"loop {_number(point['compile_loop_s'], '.1f')}s, "
+                     f"scan_layers {_number(point['compile_scan_s'], '.1f')}s, "
+                     f"ratio {_number(point['compile_ratio'], '.2f')}x")
     if metrics.get("trace_steps_per_s") is not None:
-        lines.append(f"  tracing: {metrics['trace_steps_per_s']:.1f} steps/s "
-                     f"(IQR {metrics['trace_steps_per_s_iqr']:.1f})")
+        lines.append(f"  tracing: {_number(metrics['trace_steps_per_s'], '.1f')} steps/s "
+                     f"(IQR {_number(metrics['trace_steps_per_s_iqr'], '.1f')})")
     return lines
+
+
+def _number(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _abi_text(cxx11: Optional[bool]) -> str:

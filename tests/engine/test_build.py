@@ -6,6 +6,7 @@ The real torch_xla flavour is built by the end-to-end test (test_e2e*.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -111,6 +112,34 @@ def test_flavours_of_one_python_share_the_base_stage_layers(built, test_base: st
     assert old[:len(base_layers)] == base_layers
     assert old[:shared] == new[:shared]
     assert old[shared] != new[shared], "the venv layers should differ: the flavours install other wheels"
+
+
+def test_context_holds_what_the_dockerfile_expects_and_ca_bundle_option_wins(make_project, tmp_path: Path) -> None:
+    project = make_project("8.81.0")
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nOTHER\n-----END CERTIFICATE-----\n")
+    plan = build.with_ca_bundle(project.plan(), other_ca)
+    flavour = plan.flavours[0]
+    context = tmp_path / "context"
+    context.mkdir()
+    build.write_context(plan, flavour, context)
+    assert (context / "Dockerfile").read_text() == plan.rendered[flavour.tag]["Dockerfile"]
+    assert (context / "requirements.lock").read_text() == plan.lock_path(flavour).read_text()
+    assert (context / "pip" / "ca.crt").read_bytes() == other_ca.read_bytes()
+    conf = (context / "pip" / "pip.conf").read_text()
+    assert "cert = /tmp/pip/ca.crt" in conf and "no-index = true" in conf
+    assert sorted(path.name for path in (context / "wheelhouse").iterdir()) == [
+        "torch-8.81.0-py3-none-any.whl", "torch_xla-8.81.0-py3-none-any.whl"]
+    assert (context / "xla_smoke" / "__main__.py").is_file()
+    assert not list(context.rglob("__pycache__"))
+    # Without a CA the file is there, empty, and pip is not told about it.
+    plan = project.plan()
+    plan = dataclasses.replace(plan, site=dataclasses.replace(plan.site, ca_bundle_setting="none"))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    build.write_context(plan, flavour, plain)
+    assert (plain / "pip" / "ca.crt").read_bytes() == b""
+    assert "cert" not in (plain / "pip" / "pip.conf").read_text()
 
 
 def test_missing_lock_fails_naming_the_lock_command(make_project, reporter, no_leaked_containers) -> None:

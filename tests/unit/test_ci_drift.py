@@ -79,7 +79,7 @@ def test_matrix_change_makes_the_bake_file_stale(scratch: Path) -> None:
     assert run("ci", "bake", "--matrix", str(matrix)).returncode == 0
     text = matrix.read_text()
     matrix.write_text(text.replace('    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n',
-                                   '    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n    pythons: ["3.12"]\n'))
+                                   '    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n    pythons: ["3.12", "3.13"]\n'))
     assert matrix.read_text() != text
     stale = run("ci", "bake", "--check", "--matrix", str(matrix))
     assert stale.returncode == 1 and "docker-bake.json: stale" in stale.stderr

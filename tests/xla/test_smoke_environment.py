@@ -171,3 +171,16 @@ def test_unopenable_device_fails_the_environment_and_stops_the_other_checks(tmp_
     assert "torch_xla could not open its device (PJRT_DEVICE=TPU)" in environment["message"]
     assert scan["status"] == "error" and scan["message"].startswith("not run, torch_xla is unusable")
     assert report["environment"]["device"] is None
+
+
+@pytest.mark.parametrize("expected, actual, matches", [
+    ("3.11", "3.11.7", True),
+    ("2.9.0", "2.9.0+cu128", True),
+    ("2.6.0+cxx11", "2.6.0", True),
+    ("2.9.0", "2.9.1", False),
+    ("2.9.0", "2.9", False),
+    ("3.1", "3.11.7", False),
+])
+def test_version_matching_uses_public_release_components(expected: str, actual: str, matches: bool) -> None:
+    from xla_smoke.expectations import version_matches
+    assert version_matches(expected, actual) is matches

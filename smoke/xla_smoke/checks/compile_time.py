@@ -41,7 +41,7 @@ def run(context: Context) -> Outcome:
         point, point_problems = _measure(layers, device)
         points.append(point)
         problems += point_problems
-    headline = points[-1]  # context.layers is sorted: the last point is the largest, the headline figure
+    headline = max(points, key=lambda point: point["layers"])
     context.suite_metrics.update(
         layers=headline["layers"], compile_loop_s=headline["compile_loop_s"],
         compile_scan_s=headline["compile_scan_s"], compile_ratio=headline["compile_ratio"],
@@ -49,11 +49,12 @@ def run(context: Context) -> Outcome:
                        for point in points])
     summary = (f"{headline['layers']} layers: loop {headline['compile_loop_s']:.1f}s, scan_layers "
                f"{headline['compile_scan_s']:.1f}s, ratio {headline['compile_ratio']:.2f}x")
-    if not problems and headline["compile_ratio"] < context.min_compile_ratio:
-        problems.append(f"{summary}: below the minimum ratio {context.min_compile_ratio:g}x")
+    # Written as "not >=" so that a NaN ratio (nothing measured) can never pass.
+    if not headline["compile_ratio"] >= context.min_compile_ratio:
+        problems.append(f"below the minimum ratio {context.min_compile_ratio:g}x")
     metrics = {"sweep": points, "min_compile_ratio": context.min_compile_ratio, "hidden": COMPILE_DIMS.hidden}
     if problems:
-        return failed("; ".join(problems), **metrics)
+        return failed(f"{summary}: " + "; ".join(problems), **metrics)
     return passed(summary, **metrics)
 
 
