@@ -7,7 +7,7 @@ so the pull really moves the layers; the pulled image is then given its names ba
 
 Clean-up: the pushed manifest is deleted from the registry, the downstream image and the digest reference are
 removed; `xla-images:r2.9.0_3.11_cpu` stays unless XLA_IMAGES_TEST_CLEANUP=1. Phase timings are printed and
-recorded as test properties (the budget is 15 minutes).
+recorded as JUnit properties; they are not asserted (benchmarks/bench_publish.py measures push and pull).
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 TAG = "r2.9.0_3.11_cpu"
 REPOSITORY = "xla-images-e2e"
-BUDGET_S = 15 * 60
 
 
 class Phases:
@@ -182,11 +181,8 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
                 engine.remove_tag(build.local_ref(flavour, name))
     leftovers = engine.api().containers(all=True, filters={"ancestor": image_id})
     assert leftovers == [], f"containers left behind: {[item['Names'] for item in leftovers]}"
-    elapsed = time.monotonic() - started
-    phases.record("seconds_total", round(elapsed, 1))
-    # A 7.8 GB build alone can take longer than the budget; the budget is for the flow on a built image.
-    measured = elapsed - (phases.seconds["build"] if result.outcome is build.Outcome.BUILT else 0.0)
-    assert measured < BUDGET_S, f"end to end took {measured:.0f}s (without a build), over the {BUDGET_S}s budget"
+    # Timings are reported, never asserted (house rule: speed targets live in benchmarks/).
+    phases.record("seconds_total", round(time.monotonic() - started, 1))
 
 
 def _restore_names(flavour: Flavour, pulled_ref: str | None) -> None:
