@@ -28,6 +28,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 say "installing xla-images and its pinned test dependencies"
+# pip 26 resolves locks with range requests (fast-deps); the pip a venv starts with is older.
+"$VENV/bin/pip" install --quiet --disable-pip-version-check pip==26.3
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -e ".[test]"
 if [ "$WITH_TORCH" = 1 ]; then
     # torch is pinned to what torch_xla was built against; the lock of the same flavour pins the closure.
