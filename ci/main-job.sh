@@ -12,6 +12,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 cd "$ROOT"
+# Builds trust the host's CA bundle (TLS-intercepting proxies): name it for pip if nothing else does.
+if [ -z "${PIP_CERT:-}${SSL_CERT_FILE:-}${REQUESTS_CA_BUNDLE:-}" ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    export PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+fi
 
 flavours=("$@")
 [ "${#flavours[@]}" -eq 0 ] && flavours=(latest_cpu)
