@@ -11,6 +11,8 @@ Known differences:
 - `scan(..., is_fn_pure=)` and `scan_layers(..., is_layer_pure=)` exist only from 2.8.
 - HLO text of pending lazy tensors: `torch_xla._XLAC._get_xla_tensors_hlo`; `_get_xla_tensors_text` (the
   lazy IR, without frontend attributes) is the last resort.
+- float32 matmul precision: `torch_xla.backends.set_mat_mul_precision` (2.7+), before that
+  `torch_xla._XLAC._xla_set_mat_mul_precision`, in old releases `_xla_set_use_full_mat_mul_precision`.
 - metrics: `torch_xla.debug.metrics.metric_data(name)` returns None until the metric was first recorded, else
   `(count, accumulator, samples)`; the accumulator of CompileTime is nanoseconds.
 """
@@ -62,6 +64,30 @@ def device_kind(xla_device: Optional[torch.device] = None) -> str:
     if hasattr(xm, "xla_device_hw"):
         return str(xm.xla_device_hw(xla_device)).upper()
     return str(torch_xla._XLAC._xla_real_devices([str(xla_device)])[0]).split(":")[0].upper()
+
+
+def use_highest_matmul_precision() -> str:
+    """Run float32 matmuls at full precision and return the precision now in force.
+
+    The checks compare with eager CPU torch at float32 tolerances; a TPU by default runs float32 matmuls with
+    bfloat16 passes, which would fail those comparisons for no fault of the image. The CPU is unaffected.
+    """
+    try:
+        from torch_xla import backends
+    except ImportError:
+        backends = None
+    if backends is not None and hasattr(backends, "set_mat_mul_precision"):
+        backends.set_mat_mul_precision("highest")
+        return "highest"
+    setter = getattr(torch_xla._XLAC, "_xla_set_mat_mul_precision", None)
+    if setter is not None:
+        setter("highest")
+        return "highest"
+    legacy = getattr(torch_xla._XLAC, "_xla_set_use_full_mat_mul_precision", None)
+    if legacy is not None:
+        legacy(use_full_mat_mul_precision=True)
+        return "highest"
+    return "default"
 
 
 @dataclasses.dataclass(frozen=True)

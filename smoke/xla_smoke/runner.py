@@ -25,6 +25,9 @@ def run_suite(context: Context, selected: list[str], progress: Optional[TextIO] 
     from xla_smoke.checks.environment import probe
     context.environment = probe()
     unusable = context.environment.get("errors")
+    if not unusable:
+        from xla_smoke import compat
+        context.environment["matmul_precision"] = compat.use_highest_matmul_precision()
     results = [_not_run(name, unusable, progress) if unusable and name != "environment"
                else _run_one(name, context, progress) for name in selected]
     return report.build(context.expectations.as_dict(), context.environment, results, context.suite_metrics,

@@ -72,7 +72,9 @@ def _inputs() -> list[torch.Tensor]:
 
 
 def _forward_backward(inputs: list[torch.Tensor], device: torch.device, sin: Callable) -> _Pass:
-    leaves = [t.to(device).requires_grad_() for t in inputs]
+    # Fresh leaves on every call: `.to("cpu")` of a CPU tensor returns the tensor itself, and marking the shared
+    # input as requiring grad would turn the next call's `.to(device)` copies into non-leaves without .grad.
+    leaves = [t.detach().clone().to(device).requires_grad_() for t in inputs]
     loss = _loss(*leaves, sin=sin)
     loss.backward()
     return _Pass(leaves, loss)

@@ -43,7 +43,8 @@ def _dict_carry(carry: dict[str, torch.Tensor], x: dict[str, torch.Tensor]) -> A
 class Case:
     name: str
     fn: Callable
-    shapes: tuple[Any, Any]  # (init shapes, xs shapes) as pytrees of tuples
+    # (init shapes, xs shapes): pytrees whose leaves are shape tuples, so a tuple *node* is written as a list.
+    shapes: tuple[Any, Any]
     pure: bool  # pass is_fn_pure where the release supports it, to exercise that path too
 
     def inputs(self, seed: int) -> tuple[Any, Any]:
