@@ -5,14 +5,14 @@ inspect.signature), not by comparing version strings, so a release we have not s
 it supports.
 
 Known differences:
-- device / step barrier: `torch_xla.device()` and `torch_xla.sync()` are the current spelling; the older
-  `xm.xla_device()` / `xm.mark_step()` are deprecated from 2.7 and warn.
+- device / step barrier: `torch_xla.device()` and `torch_xla.sync()` are the current spelling (all of
+  2.6 ... 2.9 have them); the older `xm.xla_device()` / `xm.mark_step()` are deprecated and the fallback.
 - device kind: `xm.xla_device_hw(device)`; the private `_XLAC._xla_real_devices` it wraps is the fallback.
 - `scan(..., is_fn_pure=)` and `scan_layers(..., is_layer_pure=)` exist only from 2.8.
 - HLO text of pending lazy tensors: `torch_xla._XLAC._get_xla_tensors_hlo`; `_get_xla_tensors_text` (the
   lazy IR, without frontend attributes) is the last resort.
-- float32 matmul precision: `torch_xla.backends.set_mat_mul_precision` (2.7+), before that
-  `torch_xla._XLAC._xla_set_mat_mul_precision`, in old releases `_xla_set_use_full_mat_mul_precision`.
+- float32 matmul precision: `torch_xla.backends.set_mat_mul_precision` (2.9 has it, 2.6 does not), else
+  `torch_xla._XLAC._xla_set_mat_mul_precision` (2.6), in old releases `_xla_set_use_full_mat_mul_precision`.
 - metrics: `torch_xla.debug.metrics.metric_data(name)` returns None until the metric was first recorded, else
   `(count, accumulator, samples)`; the accumulator of CompileTime is nanoseconds.
 """
