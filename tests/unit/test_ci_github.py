@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from xla_images import cigen, publish
+from xla_images import cigen, publish, wheels
 from xla_images.plan import Plan, load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,13 +216,13 @@ def test_build_workflow_shape(files: dict[Path, str]) -> None:
 def run_listing(plan: Plan, workflow: dict[str, Any], tmp_path: Path, **filters: str) -> tuple[int, dict, str]:
     """Run the matrix job's listing step as GitHub would: bash, in a checkout, with GITHUB_OUTPUT.
 
-    The checkout is a scratch directory linking build.py and matrix.yaml, so the step's flavours.json does not
-    land in the working tree.
+    The checkout is a scratch directory linking build.py, matrix.yaml and Dockerfiles/ (the locks), so the
+    step's JSON files do not land in the working tree.
     """
     script = step(workflow, "matrix", id="list")["run"]
     checkout = tmp_path / "checkout"
     checkout.mkdir(exist_ok=True)
-    for name in ("build.py", "matrix.yaml"):
+    for name in ("build.py", "matrix.yaml", "Dockerfiles"):
         if not (checkout / name).exists():
             (checkout / name).symlink_to(plan.root / name)
     output = tmp_path / "github_output"
@@ -241,8 +241,15 @@ def test_matrix_job_emits_every_tag_and_nothing_else(plan: Plan, files: dict[Pat
     code, outputs, log = run_listing(plan, load(files[cigen.BUILD_WORKFLOW]), tmp_path)
     assert code == 0, log
     include = json.loads(outputs["include"])
-    assert include == [{"tag": flavour.tag} for flavour in plan.flavours]
-    assert int(outputs["count"]) == len(plan.flavours)
+    locks = {flavour.tag: wheels.lock_status(plan, flavour).state for flavour in plan.flavours}
+    buildable = [tag for tag, state in locks.items() if state is wheels.LockState.FRESH]
+    assert include == [{"tag": tag} for tag in buildable]
+    assert int(outputs["count"]) == len(buildable)
+    # The flavours without a fresh lock (here the 2.6 C++11 ones: their wheels are not reachable) are named.
+    skipped = sorted(set(locks) - set(buildable))
+    assert skipped and all(tag.startswith("r2.6.0_") and tag.endswith("_cxx11") for tag in skipped)
+    for tag in skipped:
+        assert f"::warning::{tag} skipped: its requirements.lock is {locks[tag].value}" in log
     assert len(outputs["include"]) < 1024 * 1024  # GitHub caps a job's outputs at 1 MB
 
 
@@ -255,7 +262,9 @@ def test_matrix_job_honours_the_dispatch_filters(plan: Plan, files: dict[Path, s
     expected = [f.tag for f in plan.select(torch_xla="2.9", abi="cxx11", python="3.11")]
     assert [entry["tag"] for entry in json.loads(outputs["include"])] == expected
     code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla="1.0")
-    assert code == 1 and "::error::no flavour matches" in log and "include" not in outputs
+    assert code == 1 and "::error::no buildable flavour matches" in log and "include" not in outputs
+    code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla="2.6", abi="cxx11")
+    assert code == 1 and "::warning::r2.6.0_3.11_cpu_cxx11 skipped" in log and "include" not in outputs
 
 
 def test_merge_job_unions_the_parts(files: dict[Path, str], plan: Plan, tmp_path: Path) -> None:

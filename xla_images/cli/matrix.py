@@ -7,6 +7,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .. import wheels
 from ..plan import Plan
 from .common import flavour_filters, plan_options
 
@@ -25,13 +26,16 @@ def list_flavours(plan: Plan, filters: dict[str, str | None], as_json: bool) -> 
       build.py list --torch-xla 2.9 --json | jq -r '.[].tag'
     """
     flavours = plan.select((), **filters)
+    # Whether the committed lock is fresh: a flavour without one cannot be built, and CI skips it with a warning.
+    locks = {flavour.tag: wheels.lock_status(plan, flavour).state.value for flavour in flavours}
     if as_json:
-        click.echo(json.dumps([flavour.to_json() for flavour in flavours], indent=2))
+        click.echo(json.dumps([{**flavour.to_json(), "lock": locks[flavour.tag]} for flavour in flavours], indent=2))
         return
-    table = Table("tag", "aliases", "torch_xla", "torch", "python", "abi", "accel", "libtpu", "id")
+    table = Table("tag", "aliases", "torch_xla", "torch", "python", "abi", "accel", "libtpu", "lock", "id")
     for flavour in flavours:
         table.add_row(flavour.tag, " ".join(flavour.aliases), flavour.torch_xla, flavour.torch, flavour.python,
-                      flavour.abi.value, flavour.accelerator.value, flavour.libtpu or "-", flavour.id[7:19])
+                      flavour.abi.value, flavour.accelerator.value, flavour.libtpu or "-", locks[flavour.tag],
+                      flavour.id[7:19])
     Console(width=200).print(table)
     click.echo(f"{len(flavours)} flavour(s)")
 
