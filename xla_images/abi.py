@@ -64,6 +64,14 @@ MIXED = "mixed"
 COMPATIBLE = "compatible"
 ABI_MISMATCH = "abi mismatch"
 VERSION_MISMATCH = "version mismatch"
+# A symbol torch does not export that torch_xla's CUDA stand-in provides: fine only while CUDA is unavailable.
+FROM_CUDA_STUB = "from cuda stub"
+
+# torch_xla (2.7+) loads this extension RTLD_GLOBAL before _XLAC whenever torch.cuda.is_available() is False, so
+# _XLAC can bind c10::cuda symbols that the torch beside it lacks (torch_xla 2.8 needs c10::cuda::set_device(signed
+# char), which torch 2.8 no longer exports). Where torch sees a GPU the stub is not loaded and the import fails
+# (pytorch/xla#9656).
+CUDA_STUB_PREFIX = "_XLAC_cuda_functions"
 
 # Where images keep the python packages, searched in this order without running anything in the image.
 SITE_PACKAGES_GLOBS: tuple[str, ...] = (
@@ -823,10 +831,12 @@ class ExtensionCheck:
     verdict: str
     torch_symbols: int  # undefined C++ symbols looked up in torch (found or not)
     missing: tuple[MissingSymbol, ...] = ()
+    from_cuda_stub: tuple[MissingSymbol, ...] = ()  # not in torch, bound to torch_xla's CUDA stub instead
 
     def to_json(self) -> dict:
         return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
-                "missing": [symbol.to_json() for symbol in self.missing]}
+                "missing": [symbol.to_json() for symbol in self.missing],
+                "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub]}
 
 
 @dataclass(frozen=True)
@@ -844,8 +854,14 @@ class CheckReport:
     def compatible(self) -> bool:
         return self.verdict == COMPATIBLE
 
+    @property
+    def needs_cuda_unavailable(self) -> bool:
+        """Loads only where torch sees no GPU (some symbol comes from torch_xla's CUDA stub)."""
+        return any(extension.from_cuda_stub for extension in self.extensions)
+
     def to_json(self) -> dict:
         return {"path": self.path, "verdict": self.verdict, "summary": self.summary, "torch_abi": self.torch_abi,
+                "needs_cuda_unavailable": self.needs_cuda_unavailable,
                 "torch_libraries": list(self.torch_libraries),
                 "extensions": [extension.to_json() for extension in self.extensions]}
 
@@ -921,12 +937,14 @@ def _check_site(site: Path, *, display: str) -> CheckReport:
         exported |= library.dynamic.defined
     torch_names = {name for library in torch for name in (library.path.name, library.dynamic.soname) if name}
     twins = _TwinIndex(exported)
+    cuda_stub = _cuda_stub_definitions(others)
     extensions = []
     for candidate in others:
         if not _links_torch(candidate, torch_names, candidate.mentions_torch):
             continue
         own = _defined_by_own_dependencies(candidate, torch_names)
-        extensions.append(_check_extension(candidate, exported, own, twins))
+        stub = cuda_stub if _loads_after_cuda_stub(candidate) else set()
+        extensions.append(_check_extension(candidate, exported, own, twins, stub))
     torch_abi = package_abi(library.report for library in torch)
     extensions = _demangle_missing(extensions)
     verdict, summary = _site_verdict(extensions, torch_abi)
@@ -1004,6 +1022,21 @@ def _defined_by_own_dependencies(candidate: _Loaded, torch_names: set[str]) -> s
     return defined
 
 
+def _cuda_stub_definitions(others: Sequence[_Loaded]) -> set[str]:
+    """What torch_xla's CUDA stub extension (top level of the site-packages) defines, if it is there."""
+    defined: set[str] = set()
+    for candidate in others:
+        if "/" not in candidate.relative and candidate.relative.startswith(CUDA_STUB_PREFIX):
+            with open(candidate.path, "rb") as handle:
+                defined |= read_elf_dynamic(handle).defined
+    return defined
+
+
+def _loads_after_cuda_stub(candidate: _Loaded) -> bool:
+    name = candidate.relative
+    return "/" not in name and name.startswith("_XLAC") and not name.startswith(CUDA_STUB_PREFIX)
+
+
 class _TwinIndex:
     """abi_neutral_key -> exported names, built only when some symbol is missing (usually never)."""
 
@@ -1024,11 +1057,13 @@ class _TwinIndex:
         return None
 
 
-def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twins: _TwinIndex) -> ExtensionCheck:
-    """Look up the extension's undefined C++ symbols in what torch exports (exported) and in what its own
-    bundled libraries define (own)."""
+def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twins: _TwinIndex,
+                     cuda_stub: set[str]) -> ExtensionCheck:
+    """Look up the extension's undefined C++ symbols in what torch exports (exported), in what its own
+    bundled libraries define (own) and, for _XLAC, in torch_xla's CUDA stub (cuda_stub)."""
     looked_up = 0
     missing: list[MissingSymbol] = []
+    from_stub: list[MissingSymbol] = []
     for symbol in extension.dynamic.undefined:
         # Weak references never fail a load; versioned ones are bound to libstdc++/libc/libm ..., never to torch
         # (torch libraries define no symbol versions); C symbols (PyObject_*, cuda*) are not ours to judge.
@@ -1038,6 +1073,10 @@ def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twin
             looked_up += 1
             continue
         if symbol.name in own:
+            continue
+        if symbol.name in cuda_stub:
+            from_stub.append(MissingSymbol(symbol.name, symbol.name, FROM_CUDA_STUB))
+            looked_up += 1
             continue
         twin = twins.find(symbol.name)
         if twin is not None:
@@ -1052,23 +1091,22 @@ def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twin
     else:
         verdict = VERSION_MISMATCH if missing else COMPATIBLE
     return ExtensionCheck(extension.relative, extension.report.abi, verdict, looked_up,
-                          tuple(sorted(missing, key=lambda item: (item.problem, item.symbol))))
+                          tuple(sorted(missing, key=lambda item: (item.problem, item.symbol))),
+                          tuple(sorted(from_stub, key=lambda item: item.symbol)))
 
 
 def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:
-    names = {name for extension in extensions for item in extension.missing for name in (item.symbol, item.twin)
-             if name}
+    names = {name for extension in extensions for item in (*extension.missing, *extension.from_cuda_stub)
+             for name in (item.symbol, item.twin) if name}
     readable = demangle(sorted(names))
-    result = []
-    for extension in extensions:
-        missing = tuple(
-            MissingSymbol(item.symbol, readable.get(item.symbol, item.symbol), item.problem, item.twin,
-                          readable.get(item.twin, item.twin) if item.twin else None)
-            for item in extension.missing
-        )
-        result.append(ExtensionCheck(extension.path, extension.abi, extension.verdict, extension.torch_symbols,
-                                     missing))
-    return result
+
+    def readable_items(items: Sequence[MissingSymbol]) -> tuple[MissingSymbol, ...]:
+        return tuple(MissingSymbol(item.symbol, readable.get(item.symbol, item.symbol), item.problem, item.twin,
+                                   readable.get(item.twin, item.twin) if item.twin else None) for item in items)
+
+    return [ExtensionCheck(extension.path, extension.abi, extension.verdict, extension.torch_symbols,
+                           readable_items(extension.missing), readable_items(extension.from_cuda_stub))
+            for extension in extensions]
 
 
 def demangle(names: Sequence[str]) -> dict[str, str]:
@@ -1090,7 +1128,7 @@ def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple
     if not broken:
         total = sum(extension.torch_symbols for extension in extensions)
         return COMPATIBLE, (f"compatible: {len(extensions)} extension(s) resolve all {total} torch symbols "
-                            f"(torch uses the {torch_abi} ABI)")
+                            f"(torch uses the {torch_abi} ABI)" + _cuda_stub_remark(extensions))
     abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
     if abi_broken:
         lines = []
@@ -1103,6 +1141,16 @@ def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple
              f"either ABI" for extension in broken]
     return VERSION_MISMATCH, ("version mismatch: " + "; ".join(lines)
                               + " - it was built against another torch version")
+
+
+def _cuda_stub_remark(extensions: Sequence[ExtensionCheck]) -> str:
+    stubbed = [item.demangled for extension in extensions for item in extension.from_cuda_stub]
+    if not stubbed:
+        return ""
+    verb = "is" if len(stubbed) == 1 else "are"
+    return (f"; only while CUDA is unavailable: {len(stubbed)} of them ({_some(stubbed)}) {verb} not in this torch "
+            f"and bind to torch_xla's {CUDA_STUB_PREFIX}, which torch_xla loads only when torch.cuda.is_available() is "
+            f"False - where torch sees a GPU, `import torch_xla` fails (pytorch/xla#9656)")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1180,6 +1228,8 @@ def format_check(report: CheckReport, limit: int = 20) -> str:
                 lines.append(f"      torch exports instead: {item.twin_demangled}")
         if len(extension.missing) > limit:
             lines.append(f"    ... and {len(extension.missing) - limit} more (--json lists all)")
+        for item in extension.from_cuda_stub[:limit]:
+            lines.append(f"    from {CUDA_STUB_PREFIX} (no GPU only) {item.demangled}")
     lines.append(report.summary)
     return "\n".join(lines)
 

@@ -73,6 +73,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("extension.cpp", "extension_newer.so", True, linked(True, "$ORIGIN/torch/lib", "-DFAKE_TORCH_NEWER_API")),
         ("extension.cpp", "plugin/_ops.so", True, linked(True, "$ORIGIN/../torch/lib")),
         ("extension.cpp", "plugin_pre/_ops.so", False, linked(False, "$ORIGIN/../torch/lib")),
+        ("cuda_stub.cpp", "cuda_stub.so", True, ()),
     ]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         list(pool.map(lambda job: compile_library(job[0], directory / job[1], cxx11=job[2], flags=job[3]), jobs))
@@ -403,6 +404,45 @@ def test_symbol_absent_under_both_abis_is_a_version_mismatch(built: Path, tmp_pa
         ("_ZN5torch11added_laterEi", abi.VERSION_MISMATCH, None)]
     assert "undefined symbol: _ZN5torch11added_laterEi" in load_error(site.extension)
     assert run_standalone("check", str(site.path)).returncode == 1
+
+
+CUDA_STUB = "_XLAC_cuda_functions.cpython-311-x86_64-linux-gnu.so"
+
+
+def test_symbol_from_torch_xlas_cuda_stub_is_compatible_only_without_cuda(built: Path, tmp_path: Path) -> None:
+    """torch_xla 2.8's _XLAC needs c10::cuda::set_device(signed char), which torch 2.8 lacks; _XLAC_cuda_functions
+    defines it and torch_xla loads that RTLD_GLOBAL first when CUDA is unavailable (pytorch/xla#9656)."""
+    site = make_site(tmp_path, built, torch_cxx11=True, extension_cxx11=True, newer_api=True)
+    shutil.copy(built / "cuda_stub.so", site.path / CUDA_STUB)
+    report = abi.check_site_packages(site.path)
+    assert report.verdict == abi.COMPATIBLE and report.needs_cuda_unavailable
+    (xlac,) = [extension for extension in report.extensions if extension.path == EXTENSION]
+    assert xlac.missing == ()
+    assert [(item.symbol, item.problem) for item in xlac.from_cuda_stub] == [
+        ("_ZN5torch11added_laterEi", abi.FROM_CUDA_STUB)]
+    assert "only while CUDA is unavailable" in report.summary and "pytorch/xla#9656" in report.summary
+    document = json.loads(run_standalone("check", str(site.path), "--json").stdout)
+    assert document["needs_cuda_unavailable"] is True
+    result = CliRunner().invoke(abi_group, ["check", str(site.path)])
+    assert result.exit_code == 0 and abi.FROM_CUDA_STUB in result.output, result.output
+    # The loader agrees: with the stub loaded globally first the extension binds; without it, it does not.
+    code = ("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_GLOBAL); "
+            "ctypes.CDLL(sys.argv[2], mode=os.RTLD_NOW)")
+    loaded = subprocess.run([sys.executable, "-c", code, str(site.path / CUDA_STUB), str(site.extension)],
+                            capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    assert "undefined symbol" in load_error(site.extension)
+
+
+def test_cuda_stub_does_not_excuse_other_extensions(built: Path, tmp_path: Path) -> None:
+    site = make_site(tmp_path, built, torch_cxx11=True, extension_cxx11=True)
+    shutil.copy(built / "cuda_stub.so", site.path / CUDA_STUB)
+    (site.path / "other").mkdir()
+    shutil.copy(built / "extension_newer.so", site.path / "other" / "_ops.so")
+    report = abi.check_site_packages(site.path)
+    assert report.verdict == abi.VERSION_MISMATCH and not report.needs_cuda_unavailable
+    (other,) = [extension for extension in report.extensions if extension.path == "other/_ops.so"]
+    assert [item.symbol for item in other.missing] == ["_ZN5torch11added_laterEi"]
 
 
 def test_missing_symbols_are_demangled_with_cxxfilt(built: Path, tmp_path: Path) -> None:

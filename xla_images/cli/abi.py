@@ -106,14 +106,16 @@ def _print_check(console: Console, report: abi_tools.CheckReport) -> None:
                       escape(extension.path))
     console.print(table)
     for extension in report.extensions:
-        if not extension.missing:
+        # Symbols bound to torch_xla's CUDA stub are not in torch either: shown with the missing ones, marked so.
+        not_in_torch = (*extension.missing, *extension.from_cuda_stub)
+        if not not_in_torch:
             continue
         missing = Table("problem", "missing symbol", "torch exports instead",
-                        title=escape(f"missing in {extension.path}"))
-        for item in extension.missing[:MISSING_SHOWN]:
+                        title=escape(f"not in torch, needed by {extension.path}"))
+        for item in not_in_torch[:MISSING_SHOWN]:
             missing.add_row(item.problem, escape(item.demangled), escape(item.twin_demangled or "-"))
         console.print(missing)
-        if len(extension.missing) > MISSING_SHOWN:
-            console.print(f"... and {len(extension.missing) - MISSING_SHOWN} more (--json lists all)")
-    style = "green" if report.compatible else "red"
+        if len(not_in_torch) > MISSING_SHOWN:
+            console.print(f"... and {len(not_in_torch) - MISSING_SHOWN} more (--json lists all)")
+    style = ("yellow" if report.needs_cuda_unavailable else "green") if report.compatible else "red"
     console.print(f"[{style}]{escape(report.summary)}[/{style}]", highlight=False)
