@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run a Docker engine for xla-images on a host without systemd (CI runners, containers, dev VMs).
 #
-#   ci/engine.sh install   install the Debian packages the toolkit needs (docker.io, debootstrap, shellcheck,
-#                          libpython3.11 for torch_xla on the host); apt-get update runs once, only if needed
+#   ci/engine.sh install   install the Debian packages the toolkit needs (docker.io, docker-registry,
+#                          debootstrap, the shellcheck linter, libpython3.11 for torch_xla on the host);
+#                          apt-get update runs once, only if needed
 #   ci/engine.sh start     start dockerd in the background (overlay2, cgroupfs, unix socket only) and wait
 #                          until `docker info` answers
 #   ci/engine.sh stop      stop the dockerd this script started (TERM, wait, then KILL)
@@ -19,7 +20,7 @@ PID_FILE="$STATE_DIR/dockerd.pid"
 LOG_FILE="$STATE_DIR/dockerd.log"
 SOCKET="${DOCKER_HOST:-unix:///var/run/docker.sock}"
 TIMEOUT="${ENGINE_TIMEOUT:-60}"
-PACKAGES=(docker.io debootstrap shellcheck libpython3.11)
+PACKAGES=(docker.io docker-registry debootstrap shellcheck libpython3.11)
 
 case "$SOCKET" in
     unix://*) ;;

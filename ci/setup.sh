@@ -21,7 +21,6 @@ say() { printf 'setup: %s\n' "$*"; }
 cd "$ROOT"
 bash ci/engine.sh install
 bash ci/engine.sh start
-bash ci/registry.sh install
 bash ci/registry.sh start
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -998,9 +998,15 @@ def _links_torch(candidate: _Loaded, torch_names: set[str], mentions_torch: bool
     name = os.path.basename(candidate.relative)
     if not (name.startswith("_XLAC") or torch_names.intersection(candidate.dynamic.needed) or mentions_torch):
         return False
-    loaded = _load(candidate.relative, candidate.path)
-    candidate.dynamic, candidate.report = loaded.dynamic, loaded.report
+    _read_symbols_of(candidate)
     return True
+
+
+def _read_symbols_of(candidate: _Loaded) -> None:
+    """Replace the link summary with the full symbol table, once."""
+    if candidate.report is None:
+        loaded = _load(candidate.relative, candidate.path)
+        candidate.dynamic, candidate.report = loaded.dynamic, loaded.report
 
 
 def _defined_by_own_dependencies(candidate: _Loaded, torch_names: set[str]) -> set[str]:
@@ -1026,15 +1032,19 @@ def _cuda_stub_definitions(others: Sequence[_Loaded]) -> set[str]:
     """What torch_xla's CUDA stub extension (top level of the site-packages) defines, if it is there."""
     defined: set[str] = set()
     for candidate in others:
-        if "/" not in candidate.relative and candidate.relative.startswith(CUDA_STUB_PREFIX):
-            with open(candidate.path, "rb") as handle:
-                defined |= read_elf_dynamic(handle).defined
+        if _is_cuda_stub(candidate.relative):
+            _read_symbols_of(candidate)
+            defined |= candidate.dynamic.defined
     return defined
+
+
+def _is_cuda_stub(relative: str) -> bool:
+    return "/" not in relative and relative.startswith(CUDA_STUB_PREFIX)
 
 
 def _loads_after_cuda_stub(candidate: _Loaded) -> bool:
     name = candidate.relative
-    return "/" not in name and name.startswith("_XLAC") and not name.startswith(CUDA_STUB_PREFIX)
+    return "/" not in name and name.startswith("_XLAC") and not _is_cuda_stub(name)
 
 
 class _TwinIndex:
