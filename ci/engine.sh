@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Run a Docker engine for xla-images on a host without systemd (CI runners, containers, dev VMs).
 #
-#   ci/engine.sh install   install the Debian packages the toolkit needs (docker.io, docker-registry,
-#                          debootstrap, the shellcheck linter, libpython3.11 for torch_xla on the host);
-#                          apt-get update runs once, only if needed
+#   ci/engine.sh install   install the Debian packages the toolkit needs: a BuildKit-capable engine
+#                          (docker.io 26 + docker-buildx, and cosign, pinned one by one from Debian 13
+#                          through the same mirror: Debian 12's docker.io 20.10 is end of life and has no
+#                          buildx), docker-registry, debootstrap, the shellcheck linter and libpython3.11 for
+#                          torch_xla on the host; apt-get update runs only if something is missing.
+#                          An engine the user already has (Docker CE 24+ with buildx) is left alone:
+#                          ENGINE_FROM_TRIXIE=0 installs only the rest.
 #   ci/engine.sh start     start dockerd in the background (overlay2, cgroupfs, unix socket only) and wait
 #                          until `docker info` answers
 #   ci/engine.sh stop      stop the dockerd this script started (TERM, wait, then KILL)
@@ -20,7 +24,11 @@ PID_FILE="$STATE_DIR/dockerd.pid"
 LOG_FILE="$STATE_DIR/dockerd.log"
 SOCKET="${DOCKER_HOST:-unix:///var/run/docker.sock}"
 TIMEOUT="${ENGINE_TIMEOUT:-60}"
-PACKAGES=(docker.io docker-registry debootstrap shellcheck libpython3.11)
+PACKAGES=(docker-registry debootstrap shellcheck libpython3.11)
+# Exact versions: only these come from Debian 13; everything else (containerd, runc, libc) stays Debian 12's.
+TRIXIE_PACKAGES=(docker.io=26.1.5+dfsg1-9+deb13u1+b1 docker-buildx=0.13.1+ds1-3 cosign=2.5.0-2+b5)
+TRIXIE_SOURCE=/etc/apt/sources.list.d/xla-images-trixie.sources
+TRIXIE_PIN=/etc/apt/preferences.d/xla-images-trixie
 
 case "$SOCKET" in
     unix://*) ;;
@@ -47,17 +55,66 @@ missing_packages() {
     done
 }
 
+missing_versions() {
+    # NAME=VERSION entries whose exact version is not installed.
+    local entry name version
+    for entry in "$@"; do
+        name="${entry%%=*}"
+        version="${entry#*=}"
+        [ "$(dpkg-query -W -f='${Status} ${Version}' "$name" 2>/dev/null)" = "install ok installed $version" ] \
+            || echo "$entry"
+    done
+}
+
+add_trixie_source() {
+    # Debian 13 as a source of last resort (priority 100: never chosen unless asked for by version), so that
+    # the pinned packages above, and nothing else, come from it.
+    [ -f "$TRIXIE_SOURCE" ] && [ -f "$TRIXIE_PIN" ] && return 1
+    cat >"$TRIXIE_SOURCE" <<'SOURCE'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCE
+    cat >"$TRIXIE_PIN" <<'PIN'
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+PIN
+}
+
+engine_wanted() {
+    # Leave a user's own engine alone: a dockerd that is not Debian's and already has buildx.
+    [ "${ENGINE_FROM_TRIXIE:-1}" = 1 ] || return 1
+    if command -v dockerd >/dev/null && ! dpkg-query -W docker.io >/dev/null 2>&1 && docker buildx version >/dev/null 2>&1; then
+        say "keeping the installed engine ($(dockerd --version)) and its buildx"
+        return 1
+    fi
+    return 0
+}
+
 install_packages() {
-    local missing
+    local missing=()
     mapfile -t missing < <(missing_packages "$@")
+    if engine_wanted; then
+        local from_trixie
+        mapfile -t from_trixie < <(missing_versions "${TRIXIE_PACKAGES[@]}")
+        if [ "${#from_trixie[@]}" -gt 0 ]; then
+            need_root install
+            if add_trixie_source; then say "added Debian 13 as a pinned source ($TRIXIE_SOURCE, $TRIXIE_PIN)"; fi
+        fi
+        missing+=("${from_trixie[@]}")
+    fi
     if [ "${#missing[@]}" -eq 0 ]; then
-        say "packages already installed: $*"
+        say "packages already installed: $* ${TRIXIE_PACKAGES[*]}"
         return 0
     fi
     need_root install
     say "installing: ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    say "installed: $(dockerd --version 2>/dev/null || echo 'no dockerd'); $(docker buildx version 2>/dev/null || echo 'no buildx')"
 }
 
 our_pid() {
