@@ -19,7 +19,7 @@ from .flavour import Abi, WheelSource
 
 DEFAULTS_PATH = Path(__file__).with_name("site_defaults.yaml")
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources"}
+TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
 MATCH_KEYS = {"torch_xla", "abi"}
@@ -48,6 +48,8 @@ class Site:
     wheel_sources: tuple[WheelSourceRule, ...]
     # Where the site file lives: relative wheelhouse paths are taken from there.
     root: Path
+    # The public key `resolve --verify` / `pull --verify` check signatures with (a path or cosign key URI).
+    cosign_public_key_setting: str | None = None
 
     def wheel_source_for(self, torch_xla: str, abi: Abi) -> WheelSourceRule | None:
         return next((rule for rule in self.wheel_sources if rule.serves(torch_xla, abi)), None)
@@ -73,6 +75,14 @@ class Site:
                 hint="point ca_bundle (site.yaml, --set ca_bundle=FILE or --ca-bundle) at a PEM file, or use `none`",
             )
         return path
+
+    def cosign_public_key(self) -> str | None:
+        """The configured public key: a path (relative to the site file) or a cosign URI such as env://VAR."""
+        setting = self.cosign_public_key_setting
+        if not setting or "://" in setting:
+            return setting or None
+        path = Path(setting)
+        return str(path if path.is_absolute() else self.root / path)
 
     def wheelhouse_path(self, source: WheelSource) -> Path | None:
         if source.wheelhouse is None:
@@ -116,7 +126,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
         value = yaml.safe_load(raw_value) if raw_value.strip() else ""
     except yaml.YAMLError:
         value = raw_value
-    if head in ("registry", "ca_bundle") or (head == "bases" and rest):
+    if head in ("registry", "ca_bundle", "cosign_public_key") or (head == "bases" and rest):
         value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     # Only `bases` is keyed by python version, and those keys contain dots: split once.
     return ((head, rest) if rest else (head,)), value
@@ -170,6 +180,10 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
                                   location=where("bases"), rule="site-bases"))
         bases = {}
     rules = _wheel_sources(data.get("wheel_sources"), where, errors)
+    public_key = data.get("cosign_public_key")
+    if public_key is not None and not isinstance(public_key, str):
+        errors.append(ConfigError("cosign_public_key must be a path to a cosign public key (or a cosign key URI)",
+                                  location=where("cosign_public_key"), rule="site-cosign-public-key"))
     if errors:
         raise ErrorList(errors) if len(errors) > 1 else errors[0]
     return Site(
@@ -178,6 +192,7 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         bases={str(k): str(v) for k, v in bases.items()},
         wheel_sources=tuple(rules),
         root=root,
+        cosign_public_key_setting=public_key or None,
     )
 
 

@@ -28,6 +28,9 @@ COMMANDS = (
     ("publish", "push"),
     ("publish", "resolve"),
     ("publish", "pull"),
+    ("sbom", "sbom"),
+    ("sign", "sign"),
+    ("sign", "verify"),
     ("abi", "abi"),
     ("ci", "ci"),
 )

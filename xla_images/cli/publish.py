@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from .. import engine, publish, resolve as resolving
+from .. import engine, publish, resolve as resolving, sign as signing
 from ..errors import ConfigError
 from ..plan import Plan
 from .common import flavour_filters, plan_options, select
@@ -62,12 +62,19 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
 def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @_registry_option("Resolve from this registry's tags instead of published.json.")
     @_published_option
+    @click.option("--verify", is_flag=True,
+                  help="Refuse the image unless a cosign signature by --key covers its exact digest.")
+    @click.option("--key", "key_text", metavar="PUB", default=None,
+                  help="Public key for --verify (default: the site's cosign_public_key).")
     @flavour_filters
     @plan_options
     @functools.wraps(command)
     def wrapper(*args: Any, plan: Plan, filters: dict[str, str | None], registry_text: str | None,
-                published_path: Path | None, **kwargs: Any) -> Any:
+                published_path: Path | None, verify: bool, key_text: str | None, **kwargs: Any) -> Any:
         resolved = _resolve(plan, filters, registry_text, published_path)
+        if verify or key_text:
+            # Before anything is printed or pulled: an unverified ref must never reach a build.
+            signing.verify_ref(resolved.ref, key_text, plan.site.cosign_public_key(), _say)
         return command(*args, resolved=resolved, **kwargs)
 
     return wrapper

@@ -15,6 +15,7 @@ from ..flavour import Flavour
 from ..plan import Plan
 from ..build import local_ref
 from .common import flavour_filters, in_ci, plan_options, select
+from .sbom import write_report as sbom_report
 
 REPORTS = "reports"
 
@@ -48,7 +49,7 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
     and libtpu versions; ABI label = torch._C._GLIBCXX_USE_CXX11_ABI; `import torch_xla`; labels and env;
     ABI compatibility of every extension; no site CA bundle, pip.conf or credentials in any layer, label or
     history entry; no compiler. Smoke suite (reports/<tag>/smoke.json and smoke.xml): `python -m
-    xla_smoke` in a fresh container.
+    xla_smoke` in a fresh container. SBOM: reports/<tag>/sbom.cdx.json (CycloneDX, see `build.py sbom`).
 
     \b
     Examples:
@@ -59,6 +60,7 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
     root = reports_dir or plan.root / REPORTS
     ca_bundle = plan.site.ca_bundle()
     rows = []
+    sbom_failed: dict[str, str] = {}
     for flavour in flavours:
         image = _built_image(flavour)
         _say(f"== {flavour.tag}: image checks on {image}")
@@ -71,8 +73,15 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
                                       layers=[layers] if layers else None,
                                       on_line=None if in_ci() else _say)
         rows.append((flavour, checked, smoked))
+        try:
+            _say(f"== {flavour.tag}: SBOM {sbom_report(plan, flavour, image, root / flavour.tag)}")
+        except Failure as error:
+            sbom_failed[flavour.tag] = error.message
     _print_table(rows)
-    failed = [flavour.tag for flavour, checked, smoked in rows if not checked.ok or (smoked and not smoked.ok)]
+    failed = [flavour.tag for flavour, checked, smoked in rows
+              if not checked.ok or (smoked and not smoked.ok) or flavour.tag in sbom_failed]
+    for tag, message in sbom_failed.items():
+        _say(f"{tag}: FAILED sbom: {message}")
     for flavour, checked, smoked in rows:
         for line in checked.failures() + (smoked.failures() if smoked else []):
             _say(f"{flavour.tag}: FAILED {line}")

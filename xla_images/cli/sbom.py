@@ -1,0 +1,83 @@
+"""`sbom`: the CycloneDX SBOM of a flavour's image or of any image on the engine."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import sbom as sboms, wheels
+from ..build import local_ref
+from ..errors import ConfigError
+from ..flavour import Flavour
+from ..plan import Plan
+from .common import plan_options
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def flavour_of(plan: Plan, name: str) -> Flavour | None:
+    """The plan's flavour named by a tag or alias, or whose tag the image's label names."""
+    for flavour in plan.flavours:
+        if name in flavour.tags:
+            return flavour
+    return None
+
+
+def image_sbom(plan: Plan, flavour: Flavour | None, image: str, subject: sboms.Subject) -> sboms.Sbom:
+    """The SBOM of `image`, with the flavour's lock when it is one of the plan's flavours."""
+    lock = None
+    if flavour is not None and plan.lock_path(flavour).is_file():
+        lock = wheels.read_lock(plan.lock_path(flavour))
+    made = sboms.generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None)
+    for line in made.notes:
+        _say(f"note: {line}")
+    for line in made.mismatches:
+        _say(f"warning: {line}")
+    return made
+
+
+@click.command("sbom")
+@click.argument("name", metavar="IMAGE_OR_FLAVOUR")
+@click.option("-o", "--output", "output", type=click.Path(path_type=Path), default=None,
+              help="Write the SBOM here (default: print it).")
+@plan_options
+def sbom(plan: Plan, name: str, output: Path | None) -> None:
+    """Write a CycloneDX 1.6 JSON SBOM of an image: its lock, venv distributions and Debian packages.
+
+    \b
+    A flavour tag or alias means its local image (`xla-images:<tag>`) and its requirements.lock (sha256 of
+    every wheel); any other image reference is read as it is (with the lock of the flavour its
+    io.xla-images.tag label names, if the matrix has it). What is installed is read from the image itself:
+    the venv's distributions (in a container) and /var/lib/dpkg/status. The BOM is validated against the
+    CycloneDX schema before it is written. Locked packages the image lacks are warnings.
+
+    \b
+    Examples:
+      build.py sbom r2.9.0_3.11_cpu -o sbom.cdx.json
+      build.py sbom 127.0.0.1:5000/xla-images@sha256:...
+    """
+    flavour = flavour_of(plan, name)
+    image = local_ref(flavour) if flavour is not None else name
+    if flavour is None and not any(ch in name for ch in ":/@"):
+        raise ConfigError(f"{name!r} is neither a flavour of the matrix nor an image reference",
+                          rule="flavour-exists", hint="`build.py list` shows the tags; images look like REPO:TAG")
+    subject = sboms.local_subject(image)
+    if flavour is None:
+        from .. import engine
+
+        labelled = (engine.image_labels(image) or {}).get("io.xla-images.tag")
+        flavour = flavour_of(plan, labelled) if labelled else None
+    made = image_sbom(plan, flavour, image, subject)
+    if output is None:
+        click.echo(made.to_json(), nl=False)
+        return
+    sboms.write(made, output)
+    _say(f"SBOM of {subject.ref}: {len(made.bom.components)} components, written to {output}")
+
+
+def write_report(plan: Plan, flavour: Flavour, image: str, directory: Path) -> Path:
+    """reports/<tag>/sbom.cdx.json of a built image (what `build.py test` leaves beside checks.json)."""
+    made = image_sbom(plan, flavour, image, sboms.local_subject(image))
+    return sboms.write(made, directory / sboms.SBOM_NAME)
