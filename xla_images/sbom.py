@@ -25,7 +25,6 @@ from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
@@ -268,6 +267,9 @@ def _deb_component(package: DebPackage, os_release: dict[str, str]) -> Component
 
 def validate(text: str, where: str = SBOM_NAME) -> None:
     """Check a BOM against the CycloneDX 1.6 JSON schema (strict); a Failure names the first error."""
+    # Imported here: the validator's format checkers take seconds to load, which every CLI call would pay.
+    from cyclonedx.validation.json import JsonStrictValidator
+
     error = JsonStrictValidator(SCHEMA).validate_str(text)
     if error is not None:
         raise Failure(f"{where} is not a valid CycloneDX {SCHEMA.to_version()} document: {str(error)[:300]}",

@@ -39,6 +39,7 @@ TIMEOUT = 300
 # What cosign says, and what it means for the user (first match wins).
 _VERIFY_REASONS = (
     ("no signatures found", "it is not signed (no cosign signature in the registry for this digest)"),
+    ("invalid or missing digest in claim", "its signature was made for another digest (copied or tampered)"),
     ("no matching signatures", "no signature by this key (signed by another key, or the signature was altered)"),
     ("no matching attestations", "no SBOM attestation by this key (attested with another key, or altered)"),
     ("manifest_unknown", "the registry has no manifest with this digest"),

@@ -1,0 +1,94 @@
+"""Signing's error paths without a registry: keys, passwords, refusal reasons, secrets, the site setting."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from xla_images import sign
+from xla_images.errors import ConfigError
+from xla_images.publish import Credentials, Registry
+from xla_images.site import load_site
+
+PRIVATE = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
+PUBLIC = "-----BEGIN PUBLIC KEY-----\nBBBB\n-----END PUBLIC KEY-----\n"
+REF = "127.0.0.1:5040/xla-images@sha256:" + "a" * 64
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[Path, Path]:
+    (tmp_path / "cosign.key").write_text(PRIVATE)
+    (tmp_path / "cosign.pub").write_text(PUBLIC)
+    return tmp_path / "cosign.key", tmp_path / "cosign.pub"
+
+
+def test_keys_must_exist_and_be_of_the_right_kind(keys: tuple[Path, Path], tmp_path: Path) -> None:
+    private, public = keys
+    assert sign.Key.parse(str(private), private=True, where="--key").text == str(private.resolve())
+    assert sign.Key.parse("env://COSIGN_PUBLIC", private=False, where="--key").text == "env://COSIGN_PUBLIC"
+    for text, want_private, words in ((str(public), True, "not a private key"),
+                                      (str(private), False, "not a public key"),
+                                      (str(tmp_path / "nope.pub"), False, "does not exist")):
+        with pytest.raises(ConfigError) as caught:
+            sign.Key.parse(text, private=want_private, where="--key")
+        assert words in caught.value.message and caught.value.rule == "sign-key"
+        assert "AAAA" not in caught.value.render() and "BBBB" not in caught.value.render()
+
+
+def test_signing_without_cosign_password_is_a_usage_error(keys, monkeypatch) -> None:
+    monkeypatch.delenv(sign.PASSWORD_ENV, raising=False)
+    with pytest.raises(ConfigError) as caught:
+        sign.sign(REF, sign.Key(str(keys[0]), True), None)
+    assert caught.value.rule == "sign-password" and caught.value.exit_code == 2
+
+
+def test_only_digest_references_are_signed_or_verified(keys) -> None:
+    with pytest.raises(ConfigError) as caught:
+        sign.verify("127.0.0.1:5040/xla-images:latest", sign.Key(str(keys[1]), False), None)
+    assert caught.value.rule == "sign-by-digest"
+
+
+def test_verify_needs_a_key_from_the_option_or_the_site() -> None:
+    with pytest.raises(ConfigError) as caught:
+        sign.verify_ref(REF, None, None)
+    assert "cosign_public_key" in caught.value.hint
+
+
+@pytest.mark.parametrize("stderr, reason", [
+    ("Error: no signatures found\n", "it is not signed"),
+    ("Error: no matching signatures: invalid signature when validating ASN.1\n", "no signature by this key"),
+    ('Error: GET http://x/v2/r/manifests/sha256:0: MANIFEST_UNKNOWN: manifest unknown\n', "no manifest"),
+    ("weird\n", "cosign refused it (exit 7)"),
+])
+def test_refusals_are_explained(stderr: str, reason: str) -> None:
+    refused = sign._refusal(subprocess.CompletedProcess([], 7, "", stderr), None)
+    assert reason in refused.reason
+
+
+def test_registry_credentials_reach_cosign_in_a_private_config_never_on_argv(monkeypatch) -> None:
+    credentials = Credentials("bot", "s3cret-pw", "environment")
+    registry = Registry.parse("127.0.0.1:5040/xla-images")
+    with sign._cosign_env(registry, credentials) as env:
+        config = Path(env["DOCKER_CONFIG"]) / "config.json"
+        assert oct(config.stat().st_mode & 0o777) == "0o600"
+        assert list(json.loads(config.read_text())["auths"]) == ["127.0.0.1:5040"]
+    assert not config.exists()
+    assert sign._registry_flags(registry) == ["--allow-http-registry=true"]
+    assert sign._registry_flags(Registry.parse("registry.example.com/x")) == []
+    monkeypatch.setenv(sign.PASSWORD_ENV, "key-pw")
+    assert sign._scrub("bad s3cret-pw and key-pw", credentials) == "bad *** and ***"
+
+
+def test_site_public_key_is_relative_to_the_site_file(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("cosign_public_key: keys/cosign.pub\n")
+    assert load_site(site_file).cosign_public_key() == str(tmp_path / "keys" / "cosign.pub")
+    assert load_site(None).cosign_public_key() is None
+    assert load_site(None, ("cosign_public_key=env://PUB",)).cosign_public_key() == "env://PUB"
+    site_file.write_text("cosign_public_key: [1, 2]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_site(site_file)
+    assert caught.value.rule == "site-cosign-public-key" and "site.yaml:1" in caught.value.render()
