@@ -176,7 +176,7 @@ def _sign_hint(stderr: str) -> str:
 
 @dataclass(frozen=True)
 class Refused:
-    """Why cosign refused: the exit code it gave and our reading of its message."""
+    """Why cosign refused: our reading of its message, and the message's last lines (scrubbed)."""
 
     reason: str
     detail: str

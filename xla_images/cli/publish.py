@@ -65,7 +65,7 @@ def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--verify", is_flag=True,
                   help="Refuse the image unless a cosign signature by --key covers its exact digest.")
     @click.option("--key", "key_text", metavar="PUB", default=None,
-                  help="Public key for --verify (default: the site's cosign_public_key).")
+                  help="Public key for --verify, which it implies (default: the site's cosign_public_key).")
     @flavour_filters
     @plan_options
     @functools.wraps(command)
