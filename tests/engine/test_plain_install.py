@@ -9,7 +9,6 @@ from the plain install. tests/engine/test_e2e_real_flavour.py runs `test` of the
 """
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import shutil
@@ -22,20 +21,31 @@ import pytest
 from xla_images import build
 from xla_images.build import BuildOptions, Outcome
 
+from plain_install import environment
+
 REPO = Path(__file__).resolve().parents[2]
 GENERATED_CI = ("ci/github/xla-images-build.yml", "ci/github/xla-images-resolve.yml",
                 "ci/github/example-downstream.yml", "docker-bake.json")
 LOCK = "requirements.lock"
-# Enumerates the installed CLI's commands (run by the venv's python, so it sees the wheel, not the checkout).
+# Run by a python: every command path of the CLI it imports and, with HELP set, each path's `--help` (one process:
+# a process start per command would cost a second each; the console script itself is run below for the root).
 WALK = """
-import json, click
+import json, os, click
+from click.testing import CliRunner
 from xla_images.cli import cli
 def walk(command, path):
     yield path
     if isinstance(command, click.Group):
         for name in sorted(command.commands):
             yield from walk(command.commands[name], path + [name])
-print(json.dumps(list(walk(cli, []))))
+answers = []
+for path in walk(cli, []):
+    if os.environ.get("HELP"):
+        done = CliRunner().invoke(cli, path + ["--help"], prog_name="xla-images")
+        answers.append([path, done.exit_code, done.output[:300], repr(done.exception) if done.exception else None])
+    else:
+        answers.append([path])
+print(json.dumps(answers))
 """
 
 
@@ -82,17 +92,18 @@ def test_installed_not_the_checkout(plain_install) -> None:
 
 def test_every_command_and_subcommand_answers_help(plain_install, tmp_path: Path) -> None:
     walked = ok(subprocess.run([str(plain_install.python), "-c", WALK], capture_output=True, text=True, cwd=tmp_path,
-                               env={**os.environ, "PYTHONPATH": ""}))
-    installed = [tuple(path) for path in json.loads(walked.stdout)]
-    from_checkout = json.loads(ok(subprocess.run([sys.executable, "-c", WALK], capture_output=True, text=True,
-                                                 env={**os.environ, "PYTHONPATH": str(REPO)})).stdout)
+                               env={**environment(), "HELP": "1"}))
+    answers = json.loads(walked.stdout)
+    from_checkout = ok(subprocess.run([sys.executable, "-c", WALK], capture_output=True, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(REPO)}))
     # _register skips a command module that is absent: a wheel without one would lose the command silently.
-    assert installed == [tuple(path) for path in from_checkout]
-    assert len(installed) > 15
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:  # each is a process start: run a few at once
-        answers = list(pool.map(lambda path: plain_install.run(*path, "--help", cwd=tmp_path), installed))
-    for path, done in zip(installed, answers):
-        assert ok(done).stdout.startswith(f"Usage: xla-images {' '.join(path)}".rstrip()), (path, done.stdout[:200])
+    assert [path for path, *_ in answers] == [path for path, in json.loads(from_checkout.stdout)]
+    assert len(answers) > 15
+    for path, exit_code, output, exception in answers:
+        assert exit_code == 0 and exception is None, (path, exit_code, exception, output)
+        assert output.startswith(f"Usage: xla-images {' '.join(path)}".rstrip()), (path, output)
+    root = ok(plain_install.run("--help", cwd=tmp_path))  # the console script itself
+    assert root.stdout.startswith("Usage: xla-images [OPTIONS] COMMAND")
 
 
 def test_validate_and_list_answer_as_the_checkout_does(plain_install, project: Path) -> None:
