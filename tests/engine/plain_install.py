@@ -64,10 +64,19 @@ def install(workdir: Path) -> PlainInstall:
     return installed
 
 
+# Without git (a source tarball): what .gitignore names that a wheel build would pick up or that is big.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "reports", "wheelhouse",
+                                    ".hypothesis", ".pytest_cache")
+
+
 def copy_checkout(target: Path) -> None:
     """The checkout's files as git sees them (symlinks kept as symlinks), without .git and ignored files."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    try:
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], check=True, capture_output=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        shutil.copytree(REPO, target, symlinks=True, ignore=NOT_SOURCE)
+        return
     for relative in filter(None, listed):
         source = REPO / relative
         if not os.path.lexists(source):
