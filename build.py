@@ -1,15 +1,8 @@
 #!/usr/bin/env python3
 """xla-images command line. Same as the `xla-images` console script; run `./build.py --help`."""
-import sys
-
-try:
-    from xla_images.cli import main
-except ModuleNotFoundError as error:
-    # A missing third-party dependency, not a bug of ours: say how to get the pinned set instead of a traceback.
-    if (error.name or "").partition(".")[0] == "xla_images":
-        raise
-    sys.exit(f"build.py: the dependency {error.name!r} is not installed for {sys.executable}; install the pinned "
-             "set with `pip install -e .`, or run `bash ci/setup.sh` and use .venv/bin/python")
+# xla_images.__main__ turns a missing third-party dependency into a one-line error naming how to install the
+# pinned set (exit 2); it and xla_images.extras import only the standard library, so this import cannot miss one.
+from xla_images.__main__ import main
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import smoke_runner
+from . import extras, smoke_runner
 from .flavour import Flavour
 
 BENCH_CHECKS = ("compile_time", "tracing")
@@ -91,6 +91,7 @@ def run(flavour: Flavour, image: str, layers: Sequence[int], report_dir: Path, *
 
 def plot(results: Sequence[BenchResult], path: Path) -> None:
     """PNG of compile seconds vs layers: per flavour one colour, loop solid, scan dashed."""
+    extras.require("plot")
     import matplotlib
 
     matplotlib.use("Agg")  # no display here, in CI or over ssh

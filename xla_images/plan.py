@@ -12,11 +12,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import matrix, render
+from . import matrix, render, resources
 from .flavour import Flavour
 from .site import Site, load_site
 
-SMOKE_PACKAGE = Path("smoke") / "xla_smoke"
 DOCKERFILES = "Dockerfiles"
 LOCK_NAME = "requirements.lock"
 
@@ -38,7 +37,8 @@ class Plan:
 
     @property
     def smoke_dir(self) -> Path:
-        return self.root / SMOKE_PACKAGE
+        """The smoke suite that ships with xla-images (not the project's: a plain install has none)."""
+        return resources.smoke_dir()
 
     def select(self, names: tuple[str, ...] = (), **filters: str | None) -> list[Flavour]:
         return matrix.select(list(self.flavours), names, **filters)
@@ -50,7 +50,7 @@ def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple
     site = load_site(site_path, overrides, root=root)
     flavours = matrix.load_flavours(matrix_path, site)
     rendered = {flavour.tag: render.render_flavour(flavour) for flavour in flavours}
-    smoke_digest = _tree_digest(root / SMOKE_PACKAGE)
+    smoke_digest = _tree_digest(resources.smoke_dir())
     with_ids = tuple(
         dataclasses.replace(
             flavour,

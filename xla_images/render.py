@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from . import wheels
+from . import resources, wheels
 from .errors import ConfigError
 from .flavour import LABEL_PREFIX, Flavour, default_base_image
 
 if TYPE_CHECKING:  # plan.py imports this module; a runtime import would be circular
     from .plan import Plan
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 DOCKERFILE = "Dockerfile"
 BUILD_WHEELS = "build-wheels.sh"
 # Rendered file -> its template, in the order they are written.
@@ -114,8 +113,8 @@ def _render(template: str, context: dict[str, Any]) -> str:
                           location=f"templates/{template}", rule="template-variable",
                           hint="fix the template, or add the variable to render.template_context") from None
     except jinja2.TemplateNotFound:
-        raise ConfigError(f"template {template} not found in {TEMPLATE_DIR}", rule="template-exists",
-                          hint="run xla-images from a checkout of the repository") from None
+        raise ConfigError(f"template {template} not found in {resources.templates_dir()}", rule="template-exists",
+                          hint="reinstall xla-images: its templates ship inside the package") from None
     except jinja2.TemplateSyntaxError as error:
         raise ConfigError(f"template syntax error: {error.message}",
                           location=f"templates/{template}:{error.lineno}", rule="template-syntax") from None
@@ -123,7 +122,7 @@ def _render(template: str, context: dict[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _environment() -> jinja2.Environment:
-    return make_environment(jinja2.FileSystemLoader(str(TEMPLATE_DIR)))
+    return make_environment(jinja2.FileSystemLoader(str(resources.templates_dir())))
 
 
 def make_environment(loader: jinja2.BaseLoader) -> jinja2.Environment:

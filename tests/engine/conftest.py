@@ -5,16 +5,16 @@
 * `test_base`: that base plus a per-session label. Every container and image derived from it inherits the
   label, which is how `no_leaked_containers` and the clean-up find exactly this session's, even while other
   suites use the same engine.
-* `make_project`: a throw-away repository (matrix, site, smoke suite, rendered Dockerfiles, locks) whose
+* `make_project`: a throw-away repository (matrix, site, rendered Dockerfiles, locks) whose
   flavours install tiny locally built `torch` / `torch_xla` wheels from a local wheelhouse, so a build takes
   seconds and exercises the real Dockerfile and orchestration. Its releases are versions no real matrix has.
+* `plain_install`: the wheel of this checkout installed into a fresh venv outside it (plain_install.py).
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import plain_install as plain_install_module
 import pytest
 
 from xla_images import base, build, engine, wheels
@@ -159,7 +160,7 @@ def _record_hash(data: bytes) -> str:
 
 @dataclass
 class Project:
-    """A repository of its own: matrix.yaml, site.yaml, smoke/, wheelhouse/, Dockerfiles/<tag>/."""
+    """A repository of its own: matrix.yaml, site.yaml, wheelhouse/, Dockerfiles/<tag>/."""
 
     root: Path
     # Random strings: one only in the CA bundle, one only in the torch wheels (a control for layer scans).
@@ -261,8 +262,6 @@ def make_project(tmp_path_factory, test_base: str) -> Callable[..., Project]:
                 match: {{torch_xla: ">=0"}}
                 wheelhouse: wheelhouse
             """), encoding="utf-8")
-        shutil.copytree(REPO / "smoke" / "xla_smoke", root / "smoke" / "xla_smoke",
-                        ignore=shutil.ignore_patterns("__pycache__"))
         (root / "wheelhouse").mkdir()
         project = Project(root, ca_marker, "XLAIMAGESTESTWHEEL" + uuid.uuid4().hex)
         for version in versions:
@@ -312,3 +311,12 @@ class RecordingReporter:
 
     def notice(self, text: str) -> None:
         self.lines.append(("", text))
+
+
+@pytest.fixture(scope="session")
+def plain_install(tmp_path_factory) -> "plain_install_module.PlainInstall":
+    """xla-images built as a wheel and installed (not editable, no extras) into a fresh venv outside the checkout.
+
+    Path-like: the venv's `xla-images` executable; `.run(*args, cwd=...)` runs it without PYTHONPATH.
+    """
+    return plain_install_module.install(tmp_path_factory.mktemp("plain-install"))

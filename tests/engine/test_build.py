@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import build, engine
+from xla_images import build, engine, resources
 from xla_images.build import BuildOptions, Outcome
 
 OLD, NEW = "8.71.0", "8.72.0"
@@ -79,13 +80,17 @@ def test_up_to_date_flavour_is_skipped(built, reporter, capsys) -> None:
     assert {flavour.tag: built.image_id(flavour.torch_xla) for flavour in plan.flavours} == before
 
 
-def test_changed_input_is_rebuilt_and_force_rebuilds(built, reporter, no_leaked_containers) -> None:
+def test_changed_input_is_rebuilt_and_force_rebuilds(built, reporter, no_leaked_containers, monkeypatch,
+                                                     tmp_path: Path) -> None:
     flavour = built.flavour(OLD)
     before = built.image_id(OLD)
     results = build.build_flavours(built.plan(), [flavour], BuildOptions(force=True), reporter)
     assert results[0].outcome is Outcome.BUILT
-    # The smoke suite is an input of the id: changing it makes the image out of date.
-    (built.root / "smoke" / "xla_smoke" / "extra_for_test.py").write_text("# changed\n")
+    # The smoke suite (shipped with xla-images) is an input of the id: a changed one makes the image out of date.
+    suite = tmp_path / "xla_smoke"
+    shutil.copytree(resources.smoke_dir(), suite, ignore=shutil.ignore_patterns("__pycache__"))
+    (suite / "extra_for_test.py").write_text("# changed\n")
+    monkeypatch.setattr(resources, "smoke_dir", lambda: suite)
     changed = built.flavour(OLD)
     assert changed.id != flavour.id
     results = build.build_flavours(built.plan(), [changed], BuildOptions(), reporter)

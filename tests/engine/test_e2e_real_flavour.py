@@ -96,7 +96,7 @@ def phases(record_property: Callable[[str, object], None]) -> Iterator[Phases]:
 
 
 def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path, registry: publish.Registry,
-                                                                  phases: Phases) -> None:
+                                                                  phases: Phases, plain_install) -> None:
     started = time.monotonic()
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))
@@ -114,7 +114,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
 
         reports = tmp_path / "reports"
         with phases("test"):
-            tested = cli("test", TAG, "--reports", str(reports))
+            tested = plain_install.run("test", TAG, "--reports", str(reports), cwd=REPO)  # as a plain `pip install .`
         assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
         checks_report = json.loads((reports / TAG / "checks.json").read_text())
         smoke_report = json.loads((reports / TAG / "smoke.json").read_text())

@@ -11,6 +11,7 @@ import sys
 import click
 
 from ..errors import XlaImagesError
+from ..extras import missing_dependency_message
 
 # (module under xla_images.cli, attribute): each is a click command or group registered on the main group.
 COMMANDS = (
@@ -77,3 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except ModuleNotFoundError as error:
+        # A dependency a command imports when it runs (pytest for the image checks, say) is missing.
+        message = missing_dependency_message(error)
+        if message is None:
+            raise
+        click.echo(message, err=True)
+        sys.exit(2)

@@ -118,8 +118,8 @@ def doctor(plan: Plan) -> None:
 
     \b
     Engine (and its version), registry (site registry's /v2/), a base image per python of the matrix,
-    CA bundle, free disk at the engine's root, debootstrap, shellcheck, hadolint. Exit 1 when a required
-    item is missing.
+    CA bundle, free disk at the engine's root, debootstrap, shellcheck, hadolint, the optional extras of the
+    install (e.g. 'plot' for `bench --plot`). Exit 1 when a required item is missing.
     """
     report = doctoring.diagnose(plan)
     console = Console()

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import bench as benching, checks, smoke_runner
+from .. import bench as benching, checks, extras, smoke_runner
 from ..errors import ConfigError, Failure
 from ..flavour import Flavour
 from ..plan import Plan
@@ -133,7 +133,8 @@ def _print_table(rows: list[tuple[Flavour, checks.ChecksResult, smoke_runner.Smo
               help="Decoder layer counts for the loop-vs-scan compile sweep.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per flavour instead of the table.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None,
-              help="Write a PNG of compile time vs layer count (loop and scan lines per flavour).")
+              help="Write a PNG of compile time vs layer count (loop and scan lines per flavour). Needs the "
+                   "'plot' extra: pip install 'xla-images[plot]'.")
 @click.option("--tpu", is_flag=True, help="Run as on a TPU VM (see `test --tpu`).")
 @_reports_option
 @plan_options
@@ -150,6 +151,8 @@ def bench(plan: Plan, names: tuple[str, ...], layers_text: str, as_json: bool, p
       build.py bench r2.9.0_3.11_cpu r2.6.0_3.11_cpu --layers 8,16,32 --plot compile.png
       build.py bench latest_cpu --json
     """
+    if plot_path is not None:
+        extras.require("plot")  # before the sweep: it takes minutes per image
     layers = _layer_list(layers_text)
     flavours = select(plan, names, {})
     root = reports_dir or plan.root / REPORTS

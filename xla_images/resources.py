@@ -1,0 +1,42 @@
+"""Where the files that ship with xla-images are: the Jinja2 templates and the smoke suite.
+
+The repository keeps them at its top level (templates/, smoke/). xla_images/templates and xla_images/smoke are
+symlinks to those directories, and pyproject.toml declares them package data, so one lookup inside the package
+works for a source checkout (PYTHONPATH), an editable install and an installed wheel (which holds the files
+themselves). Nothing here depends on the current directory or on where matrix.yaml is.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from .errors import Failure
+
+TEMPLATES = "templates"
+CI_TEMPLATES = "templates/ci"
+SMOKE_SUITE = "smoke/xla_smoke"
+
+
+def shipped(relative: str) -> Path:
+    """The directory `relative` (e.g. "templates") inside the installed xla_images package."""
+    found = resources.files(__package__).joinpath(*relative.split("/"))
+    # Rendering and build contexts need real files (Jinja2 loaders, copytree): a zipped install is not supported.
+    if not isinstance(found, Path) or not found.is_dir():
+        raise Failure(f"{relative}/ is missing from the xla_images package at {resources.files(__package__)}",
+                      rule="package-data",
+                      hint="reinstall xla-images (`pip install .`); in a checkout, restore the symlinks "
+                           "xla_images/templates and xla_images/smoke from version control")
+    return found
+
+
+def templates_dir() -> Path:
+    return shipped(TEMPLATES)
+
+
+def ci_templates_dir() -> Path:
+    return shipped(CI_TEMPLATES)
+
+
+def smoke_dir() -> Path:
+    """The smoke suite package (xla_smoke) that every image gets a copy of."""
+    return shipped(SMOKE_SUITE)
