@@ -28,6 +28,8 @@ COMMANDS = (
     ("publish", "push"),
     ("publish", "resolve"),
     ("publish", "pull"),
+    ("lifecycle", "promote"),
+    ("lifecycle", "prune"),
     ("abi", "abi"),
     ("ci", "ci"),
 )
