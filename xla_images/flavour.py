@@ -149,8 +149,12 @@ def dev_base(version: str) -> str | None:
 
 
 def nightly_specifier(base: str) -> str:
-    """Every dev build leading up to `base` (2.10.0.dev0 <= v < 2.10.0): what a nightly lock resolves."""
-    return f">={base}.dev0,<{base}"
+    """Every dev build leading up to `base`: what a nightly lock resolves (pip then takes the newest night).
+
+    The upper bound is `<2.10.0a0`, not `<2.10.0`: PEP 440 makes `<V` exclude V's own pre-releases, dev builds
+    included, and dev builds sort before a0.
+    """
+    return f">={base}.dev0,<{base}a0"
 
 
 @dataclass(frozen=True)
