@@ -156,8 +156,8 @@ def push_image(registry: LocalRegistry, repository: str, tags: list[str], payloa
                     "digest": "sha256:" + hashlib.sha256(compressed).hexdigest()} for _, compressed in layers],
     }, indent=3).encode()
     digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-    for tag in tags:
-        assert registry.put_manifest(repository, tag, manifest) == digest
+    for reference in tags or [digest]:  # no tag: stored by digest only (an index's child)
+        assert registry.put_manifest(repository, reference, manifest) == digest
     return Image(digest, manifest, blobs)
 
 
