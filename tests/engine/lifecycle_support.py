@@ -133,6 +133,7 @@ def layer(name: str, payload: bytes) -> tuple[bytes, bytes]:
 
 
 SHARED = layer("shared.bin", b"xla-images shared base layer\n" * 2048)
+SHARED_DIGEST = "sha256:" + hashlib.sha256(SHARED[1]).hexdigest()
 
 
 def push_image(registry: LocalRegistry, repository: str, tags: list[str], payload: bytes,
