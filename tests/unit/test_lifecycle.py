@@ -368,3 +368,52 @@ def test_transfer_adds_up() -> None:
 def test_accelerators_of_the_nightly_are_both_there() -> None:
     nightlies = [f for f in flavours() if f.is_nightly]
     assert {f.accelerator for f in nightlies} == {Accelerator.TPU, Accelerator.CPU}
+
+
+# --- nightly: `lock` picks the newest night (pip, local files only) --------------------------------------
+
+def write_wheel(directory: Path, name: str, version: str) -> None:
+    """A minimal installable py3-none-any wheel (no RECORD hashes needed for a dry-run resolution)."""
+    import zipfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(directory / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        archive.writestr(f"{name}/__init__.py", f"__version__ = {version!r}\n")
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+
+
+def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Path) -> None:
+    from xla_images.plan import load_plan
+
+    base = "1.99.0"  # low on purpose: some hosts constrain torch to real versions
+    for night in ("20261130", "20261201"):
+        for name in ("torch", "torch_xla"):
+            write_wheel(tmp_path / "nightly-wheels", name, f"{base}.dev{night}")
+    write_wheel(tmp_path / "nightly-wheels", "torch_xla", base)  # the release itself is not a nightly
+    (tmp_path / "empty-index").mkdir()
+    (tmp_path / "matrix.yaml").write_text(textwrap.dedent(f"""\
+        schema: 1
+        defaults: {{pythons: ["3.11"], accelerators: [cpu], latest_python: "3.11"}}
+        releases:
+          "{base}": {{channel: nightly, torch: "{base}", pytorch_git_rev: nightly, xla_git_rev: master,
+                     python_support: ">=3.11,<3.12"}}
+        """))
+    (tmp_path / "site.yaml").write_text(textwrap.dedent(f"""\
+        ca_bundle: none
+        wheel_sources:
+          - name: nightly
+            match: {{channel: nightly}}
+            index_url: {(tmp_path / "empty-index").as_uri()}
+            wheelhouse: nightly-wheels
+        """))
+    plan = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml")
+    report = wheels.lock(plan, list(plan.flavours))
+    assert not report.failed, [failure.error.render() for failure in report.failed]
+    (pinned,) = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml").flavours
+    assert pinned.tags == ("nightly_3.11_cpu", "nightly_3.11_cpu_20261201")
+    assert pinned.pinned_versions == {"torch": f"{base}.dev20261201", "torch_xla": f"{base}.dev20261201"}
+    replanned = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml")
+    assert wheels.lock_status(replanned, pinned).state is wheels.LockState.FRESH
