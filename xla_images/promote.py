@@ -148,15 +148,15 @@ class BlobCopier:
         source_repo = self.source.registry.repository
         response = self.source.request("GET", f"/v2/{source_repo}/blobs/{digest}", stream=True)
         self._expect(response, 200, f"read blob {digest} from {self.source.registry}")
-        sha, offset, pending = hashlib.sha256(), 0, b""
+        sha, offset, pending = hashlib.sha256(), 0, bytearray()
         try:
             for piece in response.iter_content(chunk_size=1 << 20):
                 sha.update(piece)
-                pending += piece
+                pending += piece  # a bytearray grows in place: no quadratic copying of a 16 MB chunk
                 if len(pending) >= self.chunk_size:
-                    location = self._patch(location, pending, offset)
+                    location = self._patch(location, bytes(pending), offset)
                     offset += len(pending)
-                    pending = b""
+                    pending.clear()
         finally:
             response.close()
         if "sha256:" + sha.hexdigest() != digest:
@@ -164,7 +164,7 @@ class BlobCopier:
                           hint="the source registry's storage is corrupt; nothing was tagged at the destination")
         # The last (or only) piece goes with the closing PUT: a small blob is one monolithic request.
         done = self.destination.request("PUT", location, params={"digest": digest},
-                                        headers={"Content-Type": "application/octet-stream"}, data=pending)
+                                        headers={"Content-Type": "application/octet-stream"}, data=bytes(pending))
         self._expect(done, 201, f"finish the upload of {digest}")
         return offset + len(pending)
 

@@ -332,9 +332,10 @@ class RegistryClient:
               auth: tuple[str, str] | None, body: dict[str, Any] | None = None) -> requests.Response:
         # Upload sessions answer with an absolute Location URL; everything else is a path on this registry.
         url = path if path.startswith(("http://", "https://")) else self.registry.base_url + path
+        extra = {key: value for key, value in (body or {}).items() if value is not None and value is not False}
         try:
             response = self.session.request(method, url, headers=headers, auth=auth,
-                                            timeout=self.timeout, allow_redirects=True, **(body or {}))
+                                            timeout=self.timeout, allow_redirects=True, **extra)
         except (requests.ConnectionError, requests.Timeout) as error:
             raise RegistryDown(_connection_reason(error)) from None
         except requests.RequestException as error:
