@@ -97,10 +97,12 @@ def test_prune_keeps_the_newest_and_the_protected_then_collects_exactly_the_rest
     assert set(registry.tags(repo)) == (set(tags_before) - deleted) | set(report["pinned"])
     for image in doomed:
         assert registry.digest(repo, image.digest) is None
-    for image in (nights["20200102"], overwritten, newest, release):
+    for image in (newest, release, nights["20200105"]):
+        assert registry.digest(repo, image.digest) == image.digest
+    for image in (nights["20200102"], overwritten):
         ref = f"{registry.host}/{repo}@{image.digest}"
         try:
-            engine.pull_image(ref, None)  # protected and kept images survive, whole
+            engine.pull_image(ref, None)  # the protected images survive the collection, whole
         finally:
             engine.remove_image(ref, force=True)
 
