@@ -417,3 +417,13 @@ def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Pa
     assert pinned.pinned_versions == {"torch": f"{base}.dev20261201", "torch_xla": f"{base}.dev20261201"}
     replanned = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml")
     assert wheels.lock_status(replanned, pinned).state is wheels.LockState.FRESH
+
+
+def test_a_pinned_nightly_renders_its_night_into_the_dockerfile() -> None:
+    from xla_images.render import render_flavour
+
+    dockerfile = render_flavour(pinned_cpu())["Dockerfile"]
+    assert 'io.xla-images.nightly-date="20261203"' in dockerfile
+    assert 'XLA_IMAGES_NIGHTLY_DATE="20261203"' in dockerfile
+    assert 'io.xla-images.torch-xla="2.10.0.dev20261203"' in dockerfile
+    assert "xla-images nightly_3.11_cpu" in dockerfile
