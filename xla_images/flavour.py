@@ -6,6 +6,7 @@ the Flavour. matrix.py creates Flavours; plan.py fills in the content-addressed 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,16 @@ class Abi(str, enum.Enum):
     @property
     def title(self) -> str:
         return "C++11" if self is Abi.CXX11 else "pre-C++11"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Channel(str, enum.Enum):
+    """Where a release's torch/torch_xla come from: tagged releases, or dated nightly builds."""
+
+    RELEASE = "release"
+    NIGHTLY = "nightly"
 
     def __str__(self) -> str:
         return self.value
@@ -110,6 +121,42 @@ def abi_suffix(abi: Abi, release_default_abi: Abi) -> str:
     return "" if abi is release_default_abi else f"_{abi.tag_word}"
 
 
+NIGHTLY_WORD = "nightly"
+# `2.10.0.dev20261203`, optionally with a local label (`+cpu`): the date upstream stamps on its nightlies.
+_DEV_DATE = re.compile(r"^(?P<base>\d+\.\d+\.\d+)\.dev(?P<date>\d{8})(?:\+[A-Za-z0-9.]+)?$")
+
+
+def make_nightly_tag(python: str, accelerator: Accelerator, abi: Abi, release_default_abi: Abi) -> str:
+    """Upstream's moving nightly tag: `nightly_3.11_tpuvm` (+ `_cxx11`/`_precxx11` off the default ABI)."""
+    return f"{NIGHTLY_WORD}_{python}_{accelerator.tag_word}{abi_suffix(abi, release_default_abi)}"
+
+
+def dated_tag(nightly_tag: str, date: str) -> str:
+    """The immutable copy of one night: `nightly_3.11_tpuvm_20261203`."""
+    return f"{nightly_tag}_{date}"
+
+
+def dev_date(version: str) -> str | None:
+    """`2.10.0.dev20261203` -> `20261203`; None for anything that is not a dated dev build."""
+    match = _DEV_DATE.match(version)
+    return match.group("date") if match else None
+
+
+def dev_base(version: str) -> str | None:
+    """`2.10.0.dev20261203+cpu` -> `2.10.0`: the release a nightly leads up to."""
+    match = _DEV_DATE.match(version)
+    return match.group("base") if match else None
+
+
+def nightly_specifier(base: str) -> str:
+    """Every dev build leading up to `base`: what a nightly lock resolves (pip then takes the newest night).
+
+    The upper bound is `<2.10.0a0`, not `<2.10.0`: PEP 440 makes `<V` exclude V's own pre-releases, dev builds
+    included, and dev builds sort before a0.
+    """
+    return f">={base}.dev0,<{base}a0"
+
+
 @dataclass(frozen=True)
 class Flavour:
     """One image. Immutable; every derived fact is a field or a property computed from fields."""
@@ -130,10 +177,37 @@ class Flavour:
     # Filled by plan.py once the flavour's files are rendered (hash of inputs and rendered files).
     id: str = ""
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    channel: Channel = Channel.RELEASE
+    # Nightly flavours: the release the dev builds lead up to (`2.10.0`). torch/torch_xla hold that version
+    # until the lock pins one night's builds; then they hold the exact locked versions (`with_nightly`).
+    nightly_base: str = ""
 
     @property
     def tag(self) -> str:
+        if self.is_nightly:
+            return make_nightly_tag(self.python, self.accelerator, self.abi, self.release_default_abi)
         return make_tag(self.torch_xla, self.python, self.accelerator, self.abi, self.release_default_abi)
+
+    @property
+    def is_nightly(self) -> bool:
+        return self.channel is Channel.NIGHTLY
+
+    @property
+    def nightly_date(self) -> str | None:
+        """The night (YYYYMMDD) whose torch_xla the flavour installs; None until a lock pins one."""
+        return dev_date(self.torch_xla) if self.is_nightly else None
+
+    @property
+    def nightly_dated_tag(self) -> str | None:
+        date = self.nightly_date
+        return dated_tag(self.tag, date) if date else None
+
+    def with_nightly(self, torch: str, torch_xla: str) -> Flavour:
+        """This nightly flavour pinned to one night's builds; the dated tag becomes its alias."""
+        import dataclasses
+
+        pinned = dataclasses.replace(self, torch=torch, torch_xla=torch_xla)
+        return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag),))
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -155,17 +229,45 @@ class Flavour:
 
     @property
     def requirements(self) -> tuple[str, ...]:
-        """Top-level pins installed into the image, in order."""
+        """Top-level pins installed into the image, in order.
+
+        A nightly asks for any dev build of its base release: the lock picks the newest night, and these
+        stay the same from night to night, so a lock is stale only when the matrix or site changed.
+        """
         source = self.wheel_source
-        pins = [f"torch=={self.torch}{source.torch_local}", f"torch_xla=={self.torch_xla}{source.torch_xla_local}"]
+        if self.is_nightly:
+            pins = [f"torch{nightly_specifier(self.nightly_base)}",
+                    f"torch_xla{nightly_specifier(self.nightly_base)}"]
+        else:
+            pins = [f"torch=={self.torch}{source.torch_local}",
+                    f"torch_xla=={self.torch_xla}{source.torch_xla_local}"]
         if self.libtpu:
             # libtpu is pinned explicitly: the 2.6 `[tpu]` extra wants a nightly from a host we cannot reach.
             pins.append(f"libtpu=={self.libtpu}")
         return tuple(pins)
 
     @property
+    def pinned_versions(self) -> dict[str, str]:
+        """The exact version of each top-level package the image must hold (what the image checks compare)."""
+        source = self.wheel_source
+        if self.is_nightly:
+            versions = {"torch": self.torch, "torch_xla": self.torch_xla}
+        else:
+            versions = {"torch": self.torch + source.torch_local, "torch_xla": self.torch_xla + source.torch_xla_local}
+        if self.libtpu:
+            versions["libtpu"] = self.libtpu
+        return versions
+
+    @property
     def env(self) -> dict[str, str]:
         """Environment baked into the image; the smoke suite reads its expectations from here."""
+        env = self._release_env
+        if self.is_nightly:
+            env[f"{ENV_PREFIX}_NIGHTLY_DATE"] = self.nightly_date or ""
+        return env
+
+    @property
+    def _release_env(self) -> dict[str, str]:
         return {
             "PJRT_DEVICE": self.accelerator.pjrt_device,
             f"{ENV_PREFIX}_TAG": self.tag,
@@ -197,6 +299,10 @@ class Flavour:
             f"{LABEL_PREFIX}.accelerator": self.accelerator.value,
             f"{LABEL_PREFIX}.libtpu": self.libtpu or "none",
         }
+        if self.is_nightly:
+            # What the image checks hold the installed torch_xla to before a push (pytorch/xla#8475).
+            labels[f"{LABEL_PREFIX}.channel"] = self.channel.value
+            labels[f"{LABEL_PREFIX}.nightly-date"] = self.nightly_date or "unpinned"
         labels.update(dict(self.extra_labels))
         return labels
 
@@ -221,7 +327,7 @@ class Flavour:
 
     def to_json(self) -> dict[str, Any]:
         """The `list --json` contract: CI and scripts rely on these keys."""
-        return {
+        facts = {
             "tag": self.tag,
             "aliases": list(self.aliases),
             "torch_xla": self.torch_xla,
@@ -240,6 +346,11 @@ class Flavour:
             "requirements": list(self.requirements),
             "labels": self.labels,
         }
+        if self.is_nightly:
+            # Only nightlies carry these keys, so release flavours keep their ids (the id hashes these facts).
+            facts.update({"channel": self.channel.value, "nightly_base": self.nightly_base,
+                          "nightly_date": self.nightly_date})
+        return facts
 
 
 def _version_prefix_matches(version: str, wanted: str) -> bool:

@@ -11,6 +11,8 @@ rendered or built. Rules, by id:
   abi-wheel-source  some wheel source serves the flavour's ABI (C++11 only from 2.7 unless one does)
   exclude-matches   every exclude removes at least one flavour
   unique-tag        no two flavours share a tag, and no alias is another flavour's tag
+  nightly-unique    at most one release has `channel: nightly` (its tags carry no version)
+  nightly-wheel-source  a nightly release needs a site wheel source with `match: {channel: nightly}`
 """
 from __future__ import annotations
 
@@ -24,14 +26,14 @@ from packaging.version import Version
 
 from . import yamlsrc
 from .errors import ConfigError, ErrorList, Location, XlaImagesError
-from .flavour import Abi, Accelerator, Flavour, abi_suffix, default_base_image, make_tag_prefix, minor
+from .flavour import Abi, Accelerator, Channel, Flavour, abi_suffix, default_base_image, make_tag_prefix, minor
 from .site import Site
 
 SCHEMA_VERSION = 1
 TOP_KEYS = {"schema", "defaults", "releases", "exclude"}
 DEFAULT_KEYS = {"pythons", "accelerators", "default_abi", "abis", "latest_python"}
 RELEASE_KEYS = {"torch", "pytorch_git_rev", "xla_git_rev", "python_support", "pythons", "accelerators", "abis",
-                "default_abi", "libtpu"}
+                "default_abi", "libtpu", "channel"}
 RELEASE_REQUIRED = ("torch", "pytorch_git_rev", "xla_git_rev", "python_support")
 EXCLUDE_KEYS = {"torch_xla", "python", "abi", "accelerator"}
 RELEASE_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -53,6 +55,7 @@ class Release:
     default_abi: Abi
     libtpu: str | None
     declared_at: Location
+    channel: Channel = Channel.RELEASE
 
 
 class _Collector:
@@ -226,6 +229,7 @@ def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[
         release = _release(errors, ("releases", version), version, settings, defaults)
         if release is not None:
             releases.append(release)
+    _check_one_nightly(errors, releases)
     return sorted(releases, key=lambda release: Version(release.torch_xla))
 
 
@@ -255,6 +259,8 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
             else defaults["abis"])
     default_abi = (_enum_value(errors, keys + ("default_abi",), settings["default_abi"], Abi, "abi")
                    if "default_abi" in settings else defaults["default_abi"])
+    channel = (_enum_value(errors, keys + ("channel",), settings["channel"], Channel, "channel")
+               if "channel" in settings else Channel.RELEASE)
     libtpu = None
     if "libtpu" in settings:
         libtpu = _version_text(errors, keys + ("libtpu",), settings["libtpu"], PACKAGE_VERSION, "libtpu",
@@ -267,7 +273,16 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
     if len(errors.errors) > before:
         return None
     return Release(version, str(torch), str(revs[0]), str(revs[1]), support, pythons, accelerators, abis,
-                   default_abi, libtpu, errors.doc.loc(keys))
+                   default_abi, libtpu, errors.doc.loc(keys), channel)
+
+
+def _check_one_nightly(errors: _Collector, releases: list[Release]) -> None:
+    nightlies = [release for release in releases if release.channel is Channel.NIGHTLY]
+    for extra in nightlies[1:]:
+        errors.error(("releases", extra.torch_xla, "channel"),
+                     f"release {extra.torch_xla} is a second nightly (releases.{nightlies[0].torch_xla} is one)",
+                     "nightly-unique", "nightly tags (`nightly_3.11_tpuvm`) name no version: keep one nightly "
+                     "release, the version the dev builds lead up to")
 
 
 def _python_support(errors: _Collector, keys: KeyPath, value: Any) -> SpecifierSet | None:
@@ -358,7 +373,14 @@ def _excluded(facts: dict[str, str], excludes: list[tuple[KeyPath, dict[str, str
 def _flavour(errors: _Collector, release: Release, python: str, accelerator: Accelerator, abi: Abi,
              site: Site) -> Flavour | None:
     keys: KeyPath = ("releases", release.torch_xla)
-    rule = site.wheel_source_for(release.torch_xla, abi)
+    rule = site.wheel_source_for(release.torch_xla, abi, release.channel)
+    if rule is None and release.channel is Channel.NIGHTLY:
+        errors.error(keys + ("channel",), f"no configured wheel source serves nightly {abi.title} builds of "
+                     f"torch_xla {release.torch_xla} (PyPI has no torch_xla nightlies)", "nightly-wheel-source",
+                     "add a site.yaml wheel_sources entry with match {channel: nightly"
+                     f", abi: {abi.value}}} and a find_links, index_url or wheelhouse holding "
+                     f"torch/torch_xla {release.torch_xla}.devYYYYMMDD wheels")
+        return None
     if rule is None:
         cxx11_only = abi is Abi.PRE_CXX11 and Version(release.torch_xla) >= Version("2.7")
         why = (f"torch_xla {release.torch_xla} is published C++11-only from 2.7"
@@ -383,6 +405,8 @@ def _flavour(errors: _Collector, release: Release, python: str, accelerator: Acc
         wheel_source=rule.source,
         base_image=base,
         declared_at=str(release.declared_at),
+        channel=release.channel,
+        nightly_base=release.torch_xla if release.channel is Channel.NIGHTLY else "",
     )
 
 
@@ -390,6 +414,9 @@ def _with_aliases(flavours: list[Flavour], latest_python: str) -> list[Flavour]:
     """`r2.9_3.11_tpuvm` names the newest patch of a minor; `latest`/`latest_cpu` the newest default flavour."""
     import dataclasses
 
+    nightlies = [flavour for flavour in flavours if flavour.is_nightly]
+    # Nightlies get their dated tag once a lock pins a night (Flavour.with_nightly), and never `latest`.
+    flavours = [flavour for flavour in flavours if not flavour.is_nightly]
     newest_patch: dict[str, Version] = {}
     for flavour in flavours:
         key = flavour.release_minor
@@ -405,7 +432,7 @@ def _with_aliases(flavours: list[Flavour], latest_python: str) -> list[Flavour]:
                 and flavour.python == latest_python):
             aliases.append("latest" if flavour.accelerator is Accelerator.TPU else f"latest_{flavour.accelerator}")
         result.append(dataclasses.replace(flavour, aliases=tuple(aliases)))
-    return result
+    return result + nightlies
 
 
 def _check_unique_tags(errors: _Collector, flavours: list[Flavour]) -> None:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import matrix, render, resources
+from . import matrix, nightly, render, resources
 from .flavour import Flavour
 from .site import Site, load_site
 
@@ -48,7 +48,8 @@ def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple
     matrix_path = Path(matrix_path)
     root = matrix_path.resolve().parent
     site = load_site(site_path, overrides, root=root)
-    flavours = matrix.load_flavours(matrix_path, site)
+    # A nightly's lock names the night it installs: its versions, dated tag and labels come from there.
+    flavours = nightly.pin_from_locks(matrix.load_flavours(matrix_path, site), root)
     rendered = {flavour.tag: render.render_flavour(flavour) for flavour in flavours}
     smoke_digest = _tree_digest(resources.smoke_dir())
     with_ids = tuple(

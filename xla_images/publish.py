@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import ipaddress
@@ -27,7 +28,7 @@ from typing import Any, Callable, Iterator, Mapping
 import requests
 import tenacity
 
-from . import engine
+from . import engine, nightly
 from .build import FLAVOUR_ID_LABEL, local_ref
 from .errors import ConfigError, Failure, Location, XlaImagesError
 from .flavour import Flavour
@@ -265,6 +266,25 @@ class RegistryClient:
         self._raise_for(response, "list tags")
         return sorted(response.json().get("tags") or [])
 
+    def manifest_bytes(self, reference: str) -> tuple[bytes, str, str] | None:
+        """The exact manifest bytes, their media type and digest (promote copies these verbatim), or None."""
+        path = f"/v2/{self.registry.repository}/manifests/{reference}"
+        response = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
+        if response.status_code == 404:
+            return None
+        self._raise_for(response, f"GET manifest {reference}")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return response.content, media_type, "sha256:" + hashlib.sha256(response.content).hexdigest()
+
+    def request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
+                data: bytes | None = None, params: dict[str, str] | None = None,
+                stream: bool = False) -> requests.Response:
+        """Any API call with this client's retries and credentials; `path` may be an upload's Location URL."""
+        return self._request(method, path, headers, data=data, params=params, stream=stream)
+
+    def raise_for(self, response: requests.Response, what: str) -> None:
+        self._raise_for(response, what)
+
     def delete_manifest(self, digest: str) -> bool:
         """Delete a manifest (every tag naming it goes too). False when it was not there."""
         response = self._request("DELETE", f"/v2/{self.registry.repository}/manifests/{digest}")
@@ -275,7 +295,9 @@ class RegistryClient:
 
     # plumbing
 
-    def _request(self, method: str, path: str, headers: dict[str, str] | None = None) -> requests.Response:
+    def _request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
+                 data: bytes | None = None, params: dict[str, str] | None = None,
+                 stream: bool = False) -> requests.Response:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.retry.attempts),
             wait=tenacity.wait_exponential(multiplier=self.retry.first_wait, max=self.retry.max_wait),
@@ -283,32 +305,37 @@ class RegistryClient:
             reraise=True,
         )
         try:
-            return retrying(self._send_authenticated, method, path, dict(headers or {}))
+            return retrying(self._send_authenticated, method, path, dict(headers or {}),
+                            {"data": data, "params": params, "stream": stream})
         except RegistryDown as down:
             raise Failure(f"registry {self.registry.host} does not answer ({down}) after "
                           f"{self.retry.attempts} attempt(s)", rule="registry-reachable",
                           hint=REGISTRY_START_HINT) from None
 
-    def _send_authenticated(self, method: str, path: str, headers: dict[str, str]) -> requests.Response:
+    def _send_authenticated(self, method: str, path: str, headers: dict[str, str],
+                            body: dict[str, Any] | None = None) -> requests.Response:
         scope = f"repository:{self.registry.repository}:pull,push,delete"
         if scope in self._bearer:
             headers["Authorization"] = f"Bearer {self._bearer[scope]}"
-        response = self._send(method, path, headers, self._basic())
+        response = self._send(method, path, headers, self._basic(), body)
         challenge = response.headers.get("WWW-Authenticate", "")
         if response.status_code == 401 and challenge.lower().startswith("bearer") and scope not in self._bearer:
             self._bearer[scope] = self._fetch_token(challenge, scope)
             headers["Authorization"] = f"Bearer {self._bearer[scope]}"
-            response = self._send(method, path, headers, None)
+            response = self._send(method, path, headers, None, body)
         return response
 
     def _basic(self) -> tuple[str, str] | None:
         return (self.credentials.username, self.credentials.password) if self.credentials else None
 
     def _send(self, method: str, path: str, headers: dict[str, str],
-              auth: tuple[str, str] | None) -> requests.Response:
+              auth: tuple[str, str] | None, body: dict[str, Any] | None = None) -> requests.Response:
+        # Upload sessions answer with an absolute Location URL; everything else is a path on this registry.
+        url = path if path.startswith(("http://", "https://")) else self.registry.base_url + path
+        extra = {key: value for key, value in (body or {}).items() if value is not None and value is not False}
         try:
-            response = self.session.request(method, self.registry.base_url + path, headers=headers, auth=auth,
-                                            timeout=self.timeout, allow_redirects=True)
+            response = self.session.request(method, url, headers=headers, auth=auth,
+                                            timeout=self.timeout, allow_redirects=True, **extra)
         except (requests.ConnectionError, requests.Timeout) as error:
             raise RegistryDown(_connection_reason(error)) from None
         except requests.RequestException as error:
@@ -368,19 +395,30 @@ class Published:
     labels: dict[str, str]
     flavour: dict[str, Any]
     pushed_at: str
+    # Copies `promote` made by digest to other registries: {registry, digest, ref, from, promoted_at}.
+    promotions: tuple[dict[str, str], ...] = ()
 
     @property
     def ref(self) -> str:
         return f"{self.registry}@{self.digest}"
 
+    @property
+    def digests(self) -> set[str]:
+        """Every digest this entry vouches for: the push and its promoted copies (prune never deletes them)."""
+        return {self.digest, *(str(copy["digest"]) for copy in self.promotions)}
+
     def to_json(self) -> dict[str, Any]:
-        return {"tag": self.tag, "tags": list(self.tags), "registry": self.registry, "digest": self.digest,
-                "ref": self.ref, "labels": self.labels, "flavour": self.flavour, "pushed_at": self.pushed_at}
+        document = {"tag": self.tag, "tags": list(self.tags), "registry": self.registry, "digest": self.digest,
+                    "ref": self.ref, "labels": self.labels, "flavour": self.flavour, "pushed_at": self.pushed_at}
+        if self.promotions:
+            document["promotions"] = [dict(copy) for copy in self.promotions]
+        return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Published:
         return cls(str(data["tag"]), tuple(data["tags"]), str(data["registry"]), str(data["digest"]),
-                   dict(data.get("labels") or {}), dict(data["flavour"]), str(data.get("pushed_at", "")))
+                   dict(data.get("labels") or {}), dict(data["flavour"]), str(data.get("pushed_at", "")),
+                   tuple(dict(copy) for copy in data.get("promotions") or ()))
 
 
 Progress = Callable[[str], None]
@@ -459,7 +497,12 @@ def read_published(path: Path) -> dict[str, Published]:
 def record_published(path: Path, entries: list[Published]) -> None:
     """Merge entries into the file, replacing it atomically so readers never see half a file."""
     merged = read_published(path)
-    merged.update({entry.tag: entry for entry in entries})
+    for entry in entries:
+        previous = merged.get(entry.tag)
+        if previous is not None and previous.promotions and not entry.promotions:
+            # A new push to staging must not forget the copies already promoted (prune protects them).
+            entry = dataclasses.replace(entry, promotions=previous.promotions)
+        merged[entry.tag] = entry
     document = {"schema": PUBLISHED_SCHEMA,
                 "flavours": {tag: merged[tag].to_json() for tag in sorted(merged)}}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -484,6 +527,7 @@ def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, 
     """
     for flavour in flavours:
         _built_labels(flavour, local_ref(flavour))
+        nightly.verify_image(flavour, local_ref(flavour))  # a stale nightly is refused before any push
     client = RegistryClient(registry, credentials, retry=retry)
     done = []
     for flavour in flavours:

@@ -15,14 +15,14 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from . import yamlsrc
 from .errors import ConfigError, ErrorList, Location, XlaImagesError
-from .flavour import Abi, WheelSource
+from .flavour import Abi, Channel, WheelSource
 
 DEFAULTS_PATH = Path(__file__).with_name("site_defaults.yaml")
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
-MATCH_KEYS = {"torch_xla", "abi"}
+MATCH_KEYS = {"torch_xla", "abi", "channel"}
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,13 @@ class WheelSourceRule:
     torch_xla: SpecifierSet
     abi: Abi | None
     declared_at: str
+    # A source serves tagged releases unless it says `channel: nightly` (the default index has no nightlies).
+    channel: Channel = Channel.RELEASE
 
-    def serves(self, torch_xla: str, abi: Abi) -> bool:
+    def serves(self, torch_xla: str, abi: Abi, channel: Channel = Channel.RELEASE) -> bool:
         if self.abi is not None and self.abi is not abi:
+            return False
+        if self.channel is not channel:
             return False
         return self.torch_xla.contains(torch_xla, prereleases=True)
 
@@ -51,8 +55,9 @@ class Site:
     # The public key `resolve --verify` / `pull --verify` check signatures with (a path or cosign key URI).
     cosign_public_key_setting: str | None = None
 
-    def wheel_source_for(self, torch_xla: str, abi: Abi) -> WheelSourceRule | None:
-        return next((rule for rule in self.wheel_sources if rule.serves(torch_xla, abi)), None)
+    def wheel_source_for(self, torch_xla: str, abi: Abi,
+                         channel: Channel = Channel.RELEASE) -> WheelSourceRule | None:
+        return next((rule for rule in self.wheel_sources if rule.serves(torch_xla, abi, channel)), None)
 
     def ca_bundle(self) -> Path | None:
         """The CA bundle to inject into builds, or None. `auto` reads pip's and OpenSSL's usual variables."""
@@ -225,7 +230,7 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
         return None
     match = entry.get("match") or {}
     if not isinstance(match, dict) or set(match) - MATCH_KEYS:
-        errors.append(ConfigError("`match` takes torch_xla (a specifier) and abi", location=loc,
+        errors.append(ConfigError("`match` takes torch_xla (a specifier), abi and channel", location=loc,
                                   rule="site-wheel-sources"))
         return None
     try:
@@ -239,6 +244,11 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
         errors.append(ConfigError(f"unknown abi {abi!r}", location=loc, rule="site-wheel-sources",
                                   hint="use cxx11 or pre-cxx11"))
         return None
+    channel = match.get("channel", Channel.RELEASE.value)
+    if channel not in {c.value for c in Channel}:
+        errors.append(ConfigError(f"unknown channel {channel!r}", location=loc, rule="site-wheel-sources",
+                                  hint="use release (the default) or nightly"))
+        return None
     source = WheelSource(
         name=name,
         index_url=entry.get("index_url"),
@@ -248,7 +258,7 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
         torch_local=str(entry.get("torch_local") or ""),
         torch_xla_local=str(entry.get("torch_xla_local") or ""),
     )
-    return WheelSourceRule(source, specifier, Abi(abi) if abi else None, loc)
+    return WheelSourceRule(source, specifier, Abi(abi) if abi else None, loc, Channel(channel))
 
 
 def _as_list(value: Any) -> list[str]:

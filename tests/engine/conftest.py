@@ -131,11 +131,16 @@ def no_leaked_containers(session_id: str) -> Iterator[Callable[[], None]]:
 
 # --- tiny wheels and throw-away projects ------------------------------------------------------------------
 
-def make_wheel(directory: Path, name: str, version: str, *, marker: str = "", payload: bytes = b"") -> Path:
-    """A real, installable py3-none-any wheel: package, dist-info (METADATA, WHEEL, RECORD with hashes)."""
+def make_wheel(directory: Path, name: str, version: str, *, marker: str = "", payload: bytes = b"",
+               module_version: str | None = None) -> Path:
+    """A real, installable py3-none-any wheel: package, dist-info (METADATA, WHEEL, RECORD with hashes).
+
+    `module_version` makes the package's `__version__` differ from the distribution's (a stale build in a
+    freshly named wheel, as upstream once shipped in a nightly).
+    """
     dist_info = f"{name}-{version}.dist-info"
     files = {
-        f"{name}/__init__.py": f"__version__ = {version!r}\nMARKER = {marker!r}\n".encode(),
+        f"{name}/__init__.py": f"__version__ = {module_version or version!r}\nMARKER = {marker!r}\n".encode(),
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: xla-images-tests\nRoot-Is-Purelib: true\n"
                               b"Tag: py3-none-any\n",
@@ -152,6 +157,12 @@ def make_wheel(directory: Path, name: str, version: str, *, marker: str = "", pa
         for member, data in files.items():
             archive.writestr(member, data)
     return path
+
+
+@pytest.fixture(scope="session")
+def wheel_maker() -> Callable[..., Path]:
+    """make_wheel, for tests that need wheels of their own (nightly and stale builds)."""
+    return make_wheel
 
 
 def _record_hash(data: bytes) -> str:

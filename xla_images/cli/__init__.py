@@ -32,6 +32,8 @@ COMMANDS = (
     ("sbom", "sbom"),
     ("sign", "sign"),
     ("sign", "verify"),
+    ("lifecycle", "promote"),
+    ("lifecycle", "prune"),
     ("abi", "abi"),
     ("ci", "ci"),
 )

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 import testinfra
 
-from xla_images import abi, checks, engine, smoke_runner
+from xla_images import abi, checks, engine, nightly, smoke_runner
 from xla_images.checks import CheckTarget, LayerScan
 from xla_images.build import FLAVOUR_ID_LABEL
 from xla_images.flavour import LABEL_PREFIX, Flavour
@@ -90,12 +90,6 @@ def _python(host: testinfra.host.Host, program: str) -> str:
     return result.stdout.strip()
 
 
-def _pins(flavour: Flavour) -> dict[str, str]:
-    pins = {}
-    for requirement in flavour.requirements:
-        name, _, version = requirement.partition("==")
-        pins[name] = version
-    return pins
 
 
 # --- identity: labels and environment --------------------------------------------------------------------
@@ -125,11 +119,20 @@ def test_python_version(flavour: Flavour, host: testinfra.host.Host) -> None:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_version(package: str, flavour: Flavour, installed: dict[str, str | None]) -> None:
-    expected = _pins(flavour).get(package)
+    expected = flavour.pinned_versions.get(package)
     if expected is None:
         assert installed[package] is None, f"{package} {installed[package]} is installed but {flavour.tag} pins none"
     else:
         assert installed[package] == expected, f"{package} is {installed[package]}, the flavour pins {expected}"
+
+
+def test_nightly_is_the_claimed_night(flavour: Flavour, labels: dict[str, str], host: testinfra.host.Host) -> None:
+    """A nightly's imported torch/torch_xla are the night its tag and labels name (pytorch/xla#8475)."""
+    if not flavour.is_nightly:
+        pytest.skip("not a nightly flavour")
+    found = nightly.Found(**json.loads(_python(host, nightly.PROBE).splitlines()[-1]))
+    problems = nightly.mismatches(flavour, labels, found)
+    assert not problems, "; ".join(problems)
 
 
 def test_abi_label_matches_torch(flavour: Flavour, labels: dict[str, str], host: testinfra.host.Host) -> None:

@@ -1,0 +1,150 @@
+"""The nightly channel: pin a nightly flavour to one night's wheels, and refuse an image that is not that night.
+
+A release in matrix.yaml with `channel: nightly` asks for any dev build of its version (`2.10.0.dev*`); `lock`
+resolves the newest one the site's nightly wheel source holds and writes it into the flavour's lock. The lock is
+the one record of which night a flavour is: `pin_from_locks` (called by the plan, before rendering) reads the
+locked torch/torch_xla versions back into the Flavour, which then carries the dated tag, labels and env.
+
+Upstream once shipped a `nightly` image whose torch_xla was weeks old (pytorch/xla#8475). So before anything is
+pushed, `verify_image` imports torch and torch_xla inside the image and compares their `__version__` and
+installed distribution versions with what the labels and the dated tag claim; any difference is a Failure.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import ConfigError, Failure, Location
+from .flavour import LABEL_PREFIX, Flavour, dev_base, dev_date
+from .wheels import LOCK_NAME, parse_lock
+
+DOCKERFILES = "Dockerfiles"  # plan.DOCKERFILES; plan imports this module
+PACKAGES = {"torch": "torch", "torch_xla": "torch-xla"}  # module -> canonical name in a lock
+# Run inside the image: what is really there, imported, not only what pip's metadata says.
+PROBE = (
+    "import importlib.metadata as m, json\n"
+    "import torch, torch_xla\n"
+    "print(json.dumps({'torch': torch.__version__, 'torch_xla': torch_xla.__version__,\n"
+    "                  'torch_dist': m.version('torch'), 'torch_xla_dist': m.version('torch_xla')}))\n"
+)
+
+
+# --- pinning a night from the lock -----------------------------------------------------------------------
+
+def pin_from_locks(flavours: Iterable[Flavour], root: Path) -> list[Flavour]:
+    """Nightly flavours with a lock get that night's versions; the others are returned as they are."""
+    return [pin_from_lock(flavour, root / DOCKERFILES / flavour.tag / LOCK_NAME) if flavour.is_nightly
+            else flavour for flavour in flavours]
+
+
+def pin_from_lock(flavour: Flavour, path: Path) -> Flavour:
+    if not path.is_file():
+        return flavour  # unpinned: `lock` will choose the night; build refuses it until then (no fresh lock)
+    text = path.read_text(encoding="utf-8")
+    entries = parse_lock(text, str(path)).by_name()
+    versions = {}
+    for module, name in PACKAGES.items():
+        entry = entries.get(name)
+        where = Location(str(path), _line_of(text, f"{name}=="))
+        if entry is None:
+            raise ConfigError(f"the lock of nightly {flavour.tag} pins no {module}", location=where,
+                              rule="nightly-lock", hint=f"re-lock it: `./build.py lock {flavour.tag}`")
+        if dev_base(entry.version) != flavour.nightly_base:
+            raise ConfigError(f"{module} {entry.version} is not a dated nightly of {flavour.nightly_base} "
+                              f"({flavour.nightly_base}.devYYYYMMDD)", location=where, rule="nightly-lock",
+                              hint=f"the nightly wheel source must serve dev builds; re-lock `{flavour.tag}`")
+        versions[module] = entry.version
+    return flavour.with_nightly(torch=versions["torch"], torch_xla=versions["torch_xla"])
+
+
+def _line_of(text: str, prefix: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith(prefix):
+            return number
+    return None
+
+
+# --- what the image holds against what it claims ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Found:
+    """Versions read inside the image: module `__version__` and installed distribution version."""
+
+    torch: str
+    torch_xla: str
+    torch_dist: str
+    torch_xla_dist: str
+
+
+def mismatches(flavour: Flavour, labels: dict[str, str], found: Found) -> list[str]:
+    """Every way the image's torch/torch_xla differ from its labels and the flavour's dated tag."""
+    problems = []
+    date = flavour.nightly_date
+    claimed = {"torch": labels.get(f"{LABEL_PREFIX}.torch"), "torch_xla": labels.get(f"{LABEL_PREFIX}.torch-xla")}
+    label_date = labels.get(f"{LABEL_PREFIX}.nightly-date")
+    if label_date != date:
+        problems.append(f"label {LABEL_PREFIX}.nightly-date is {label_date!r}, the tag "
+                        f"{flavour.nightly_dated_tag} says {date}")
+    for module in ("torch", "torch_xla"):
+        module_version, dist_version = getattr(found, module), getattr(found, f"{module}_dist")
+        want = flavour.pinned_versions[module]
+        if claimed[module] != want:
+            problems.append(f"label says {module} {claimed[module]}, the lock pins {want}")
+        if dist_version != want:
+            problems.append(f"installed {module} distribution is {dist_version}, the image claims {want}")
+        if _public(module_version) != _public(want):
+            problems.append(f"{module}.__version__ is {module_version}, the image claims {want}"
+                            + _age(module_version, date))
+    return problems
+
+
+def _public(version: str) -> str:
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
+
+
+def _age(version: str, date: str | None) -> str:
+    found = dev_date(_public(version))
+    if found and date and found < date:
+        return f" (a stale build from {found}, older than the claimed {date})"
+    return ""
+
+
+def probe(image: str) -> Found:
+    """Import torch and torch_xla in a throw-away container of the image and read their versions."""
+    from . import engine  # the plan imports this module; only pushes and checks need the engine
+
+    run = engine.run_container(image, ["python", "-c", PROBE], role="nightly-check", timeout=600)
+    lines = run.output.strip().splitlines()
+    try:
+        data = json.loads(lines[-1])
+        return Found(str(data["torch"]), str(data["torch_xla"]), str(data["torch_dist"]),
+                     str(data["torch_xla_dist"]))
+    except (IndexError, ValueError, KeyError):
+        tail = "\n  ".join(lines[-10:])
+        raise Failure(f"cannot read torch/torch_xla versions in {image} (exit {run.exit_code}):\n  {tail}",
+                      rule="nightly-versions", hint="the image must import torch and torch_xla") from None
+
+
+def verify_image(flavour: Flavour, image: str) -> None:
+    """Refuse a nightly image whose torch/torch_xla are not the night its tag and labels name."""
+    if not flavour.is_nightly:
+        return
+    if flavour.nightly_date is None:
+        raise Failure(f"{flavour.tag} is not pinned to a night", rule="nightly-versions",
+                      hint=f"lock it first: `./build.py lock {flavour.tag}`, then build it")
+    from . import engine
+
+    labels = engine.image_labels(image) or {}
+    problems = mismatches(flavour, labels, probe(image))
+    if problems:
+        raise Failure(f"{image} is not the nightly {flavour.nightly_dated_tag} it claims to be: "
+                      + "; ".join(problems), rule="nightly-versions",
+                      hint="the nightly wheel source served a stale build (compare pytorch/xla#8475); nothing was "
+                           "pushed. Re-lock when the source has a consistent night, rebuild, test again")

@@ -1,0 +1,283 @@
+"""Promote tested images from one registry to another by digest: no rebuild, no pull into the local engine.
+
+Everything goes over the registry HTTP API v2. For each flavour:
+
+1. every tag of the flavour is resolved at the source, for all flavours before anything is written, so a missing
+   flavour (or tags of one flavour that disagree) fails the run with nothing changed at the destination;
+2. each blob (config and layers, of every child manifest of an index too) the destination lacks is
+   cross-repository mounted when both repositories live on the same registry host
+   (`POST /v2/<to>/blobs/uploads/?mount=<digest>&from=<repo>`: no bytes move), otherwise streamed from the
+   source (`GET`) into an upload session at the destination (one `PUT` for a small blob, `PATCH` chunks then
+   `PUT ?digest=` for a large one), its sha256 checked on the way;
+3. child manifests are put by digest, then the flavour's manifest, byte for byte, under its canonical tag and
+   then its aliases (an alias never names a manifest the destination lacks); the digest the destination serves
+   for every tag must equal the source digest;
+4. published.json records the copy (the entry's `promotions`), written atomically.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import Failure
+from .flavour import Flavour
+from .publish import Published, Registry, RegistryClient, read_published, record_published
+
+INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
+               "application/vnd.oci.image.index.v1+json")
+DEFAULT_CHUNK = 16 << 20  # bytes per PATCH of a streamed blob: bounded memory for 5-8 GB images
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Transfer:
+    """What moved: blobs mounted (no bytes), streamed (bytes), or already at the destination."""
+
+    mounted: int = 0
+    copied: int = 0
+    present: int = 0
+    bytes_mounted: int = 0
+    bytes_copied: int = 0
+    manifests: int = 0
+
+    def add(self, other: Transfer) -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_json(self) -> dict[str, int]:
+        return dict(vars(self))
+
+    def __str__(self) -> str:
+        return (f"{self.mounted} blob(s) mounted ({self.bytes_mounted} B), {self.copied} copied "
+                f"({self.bytes_copied} B), {self.present} already there, {self.manifests} manifest(s) put")
+
+
+@dataclass(frozen=True)
+class SourceImage:
+    flavour: Flavour
+    digest: str
+    manifest: bytes
+    media_type: str
+
+
+@dataclass(frozen=True)
+class Promoted:
+    tag: str
+    tags: tuple[str, ...]
+    source_ref: str
+    destination_ref: str
+    digest: str
+    transfer: Transfer = field(default_factory=Transfer)
+
+
+# --- the source ------------------------------------------------------------------------------------------
+
+def find_at_source(flavours: list[Flavour], source: RegistryClient) -> list[SourceImage]:
+    """Every tag of every flavour at the source, agreeing on one digest; a Failure naming all that is missing."""
+    source.check_reachable()
+    found, missing = [], []
+    for flavour in flavours:
+        digests = {tag: source.manifest_digest(tag) for tag in flavour.tags}
+        absent = [tag for tag, digest in digests.items() if digest is None]
+        if absent:
+            missing.append(f"{flavour.tag} ({', '.join(absent)})")
+            continue
+        if len(set(digests.values())) > 1:
+            listing = ", ".join(f"{tag}={digest}" for tag, digest in digests.items())
+            raise Failure(f"the tags of {flavour.tag} point at different manifests in {source.registry}: {listing}",
+                          rule="promote-source", hint=f"push {flavour.tag} to the source again, then promote")
+        fetched = source.manifest_bytes(digests[flavour.tag] or "")
+        if fetched is None:
+            missing.append(flavour.tag)
+            continue
+        manifest, media_type, digest = fetched
+        found.append(SourceImage(flavour, digest, manifest, media_type))
+    if missing:
+        raise Failure(f"not in {source.registry}: {'; '.join(missing)}", rule="promote-source",
+                      hint="push (and test) them there first; nothing was written to the destination")
+    return found
+
+
+# --- blobs -----------------------------------------------------------------------------------------------
+
+def blobs_of(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """(digest, size) of the config and every layer; foreign layers (with `urls`) live elsewhere: skipped."""
+    blobs = []
+    if manifest.get("config"):
+        blobs.append((str(manifest["config"]["digest"]), int(manifest["config"].get("size", 0))))
+    for layer in manifest.get("layers") or []:
+        if not layer.get("urls"):
+            blobs.append((str(layer["digest"]), int(layer.get("size", 0))))
+    return blobs
+
+
+class BlobCopier:
+    """Copies blobs from one repository to another: mount on the same host, stream otherwise."""
+
+    def __init__(self, source: RegistryClient, destination: RegistryClient, chunk_size: int = DEFAULT_CHUNK) -> None:
+        self.source = source
+        self.destination = destination
+        self.chunk_size = chunk_size
+        self.same_host = source.registry.host == destination.registry.host
+
+    def copy(self, digest: str, size: int, transfer: Transfer) -> None:
+        to_repo = self.destination.registry.repository
+        head = self.destination.request("HEAD", f"/v2/{to_repo}/blobs/{digest}")
+        if head.status_code == 200:
+            transfer.present += 1
+            return
+        if self.same_host:
+            response = self.destination.request("POST", f"/v2/{to_repo}/blobs/uploads/",
+                                                params={"mount": digest, "from": self.source.registry.repository})
+            if response.status_code == 201:
+                transfer.mounted += 1
+                transfer.bytes_mounted += size
+                return
+            # 202: the registry would not mount (say, no pull right on the source) and opened an upload.
+        else:
+            response = self.destination.request("POST", f"/v2/{to_repo}/blobs/uploads/")
+        self._expect(response, 202, f"start the upload of {digest}")
+        transfer.bytes_copied += self._stream(digest, self._location(response))
+        transfer.copied += 1
+
+    def _stream(self, digest: str, location: str) -> int:
+        source_repo = self.source.registry.repository
+        response = self.source.request("GET", f"/v2/{source_repo}/blobs/{digest}", stream=True)
+        self._expect(response, 200, f"read blob {digest} from {self.source.registry}")
+        sha, offset, pending = hashlib.sha256(), 0, bytearray()
+        try:
+            for piece in response.iter_content(chunk_size=1 << 20):
+                sha.update(piece)
+                pending += piece  # a bytearray grows in place: no quadratic copying of a 16 MB chunk
+                if len(pending) >= self.chunk_size:
+                    location = self._patch(location, bytes(pending), offset)
+                    offset += len(pending)
+                    pending.clear()
+        finally:
+            response.close()
+        if "sha256:" + sha.hexdigest() != digest:
+            raise Failure(f"blob {digest} read from {self.source.registry} has another sha256", rule="promote-blob",
+                          hint="the source registry's storage is corrupt; nothing was tagged at the destination")
+        # The last (or only) piece goes with the closing PUT: a small blob is one monolithic request.
+        done = self.destination.request("PUT", location, params={"digest": digest},
+                                        headers={"Content-Type": "application/octet-stream"}, data=bytes(pending))
+        self._expect(done, 201, f"finish the upload of {digest}")
+        return offset + len(pending)
+
+    def _patch(self, location: str, data: bytes, offset: int) -> str:
+        response = self.destination.request(
+            "PATCH", location, data=data,
+            headers={"Content-Type": "application/octet-stream", "Content-Range": f"{offset}-{offset + len(data) - 1}"})
+        self._expect(response, 202, "upload a chunk")
+        return self._location(response)
+
+    def _location(self, response: Any) -> str:
+        location = response.headers.get("Location")
+        if not location:
+            raise Failure(f"{self.destination.registry.host} opened an upload without a Location", rule="promote-blob")
+        if location.startswith("/"):
+            location = self.destination.registry.base_url + location
+        return str(location)
+
+    def _expect(self, response: Any, status: int, what: str) -> None:
+        self.destination.raise_for(response, what)
+        if response.status_code != status:
+            raise Failure(f"could not {what}: HTTP {response.status_code}", rule="promote-blob")
+
+
+# --- manifests -------------------------------------------------------------------------------------------
+
+def put_manifest(client: RegistryClient, reference: str, manifest: bytes, media_type: str, digest: str) -> None:
+    response = client.request("PUT", f"/v2/{client.registry.repository}/manifests/{reference}", data=manifest,
+                              headers={"Content-Type": media_type})
+    client.raise_for(response, f"PUT manifest {reference}")
+    served = response.headers.get("Docker-Content-Digest")
+    if served and served != digest:
+        raise Failure(f"{client.registry.ref(reference)} was stored as {served}, the source is {digest}",
+                      rule="promote-verified", hint="the destination rewrote the manifest; it cannot keep the digest")
+
+
+def copy_image(image: SourceImage, copier: BlobCopier) -> Transfer:
+    """Blobs, then child manifests (by digest), then the manifest under each tag; verify every tag's digest."""
+    transfer = Transfer()
+    destination = copier.destination
+    document = json.loads(image.manifest)
+    if image.media_type in INDEX_TYPES or "manifests" in document:
+        for child in document.get("manifests") or []:
+            fetched = copier.source.manifest_bytes(str(child["digest"]))
+            if fetched is None:
+                raise Failure(f"{image.flavour.tag}'s index names {child['digest']}, which the source lacks",
+                              rule="promote-source")
+            raw, media_type, digest = fetched
+            for blob, size in blobs_of(json.loads(raw)):
+                copier.copy(blob, size, transfer)
+            put_manifest(destination, digest, raw, media_type, digest)
+            transfer.manifests += 1
+    else:
+        for blob, size in blobs_of(document):
+            copier.copy(blob, size, transfer)
+    for tag in image.flavour.tags:
+        put_manifest(destination, tag, image.manifest, image.media_type, image.digest)
+        transfer.manifests += 1
+        served = destination.manifest_digest(tag)
+        if served != image.digest:
+            raise Failure(f"{destination.registry.ref(tag)} resolves to {served}, the source digest is "
+                          f"{image.digest}", rule="promote-verified", hint="someone pushed the tag meanwhile; "
+                                                                           "promote again")
+    return transfer
+
+
+# --- the command -----------------------------------------------------------------------------------------
+
+def promote(flavours: list[Flavour], source: RegistryClient, destination: RegistryClient, published_path: Path, *,
+            chunk_size: int = DEFAULT_CHUNK, progress: Progress = lambda line: None) -> list[Promoted]:
+    """Promote `flavours`; each is recorded in published.json as soon as its every tag is verified."""
+    if source.registry.name == destination.registry.name:
+        raise Failure(f"--from and --to are both {source.registry}", rule="promote-source",
+                      hint="promote copies between two repositories or registries")
+    images = find_at_source(flavours, source)
+    destination.check_reachable()
+    copier = BlobCopier(source, destination, chunk_size)
+    done = []
+    for image in images:
+        how = "mounting" if copier.same_host else "streaming"
+        progress(f"{image.flavour.tag}: {source.registry.digest_ref(image.digest)} -> {destination.registry} "
+                 f"({how} blobs)")
+        transfer = copy_image(image, copier)
+        promoted = Promoted(image.flavour.tag, image.flavour.tags, source.registry.digest_ref(image.digest),
+                            destination.registry.digest_ref(image.digest), image.digest, transfer)
+        record_promotion(published_path, image, promoted, source, destination.registry)
+        progress(f"{image.flavour.tag}: verified {promoted.destination_ref}: {transfer}")
+        done.append(promoted)
+    return done
+
+
+def record_promotion(path: Path, image: SourceImage, promoted: Promoted, source: RegistryClient,
+                     destination: Registry) -> None:
+    copy = {"registry": destination.name, "digest": promoted.digest, "ref": promoted.destination_ref,
+            "from": promoted.source_ref, "promoted_at": _now()}
+    entry = read_published(path).get(image.flavour.tag)
+    if entry is None:
+        # Never pushed from here: the entry is the copy itself, with the labels the image's config holds.
+        entry = Published(image.flavour.tag, image.flavour.tags, destination.name, promoted.digest,
+                          _labels(image, source), image.flavour.to_json(), copy["promoted_at"])
+    others = tuple(item for item in entry.promotions if item.get("registry") != destination.name)
+    record_published(path, [replace(entry, promotions=others + (copy,))])
+
+
+def _labels(image: SourceImage, source: RegistryClient) -> dict[str, str]:
+    document = json.loads(image.manifest)
+    config = document.get("config")
+    if not config:
+        return {}  # an index has no config of its own
+    response = source.request("GET", f"/v2/{source.registry.repository}/blobs/{config['digest']}")
+    source.raise_for(response, "GET image config")
+    return dict((response.json().get("config") or {}).get("Labels") or {})
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
