@@ -28,13 +28,15 @@ from typing import Callable, Iterable
 
 import yaml
 
+from . import resources
 from .errors import ConfigError, Failure, Location
 from .publish import Registry, RegistryClient, read_published
 
 DATED_NIGHTLY = re.compile(r"^(?P<series>nightly_.+)_(?P<date>\d{8})$")
 PROTECT_TAG_PREFIX = "protected-"
 DIGEST_IN_TEXT = re.compile(r"(?:^|@)(sha256:[0-9a-f]{64})$")
-REGISTRY_SCRIPT = Path(__file__).resolve().parent.parent / "ci" / "registry.sh"
+# cosign keeps an image's signature, attestations and attached SBOM under tags named after its digest.
+COSIGN_SUFFIXES = (".sig", ".att", ".sbom")
 DEFAULT_STATE = "/var/lib/xla-images"
 Progress = Callable[[str], None]
 
@@ -145,6 +147,13 @@ def plan_prune(tags: dict[str, str], keep: int, older_than_days: int, protected:
             plan.decisions.append(Decision(tag, digest, True, f"beyond the {keep} newest and older than "
                                                               f"{older_than_days} days"))
     return plan
+
+
+def cosign_companions(digest: str, tags: dict[str, str]) -> dict[str, str]:
+    """The tags cosign derives from `digest` (`sha256-<hex>.sig`, …) that exist in `tags`: they describe that
+    image alone, so they go with it; they are never candidates or keepers on their own."""
+    stem = digest.replace(":", "-", 1)
+    return {stem + suffix: tags[stem + suffix] for suffix in COSIGN_SUFFIXES if stem + suffix in tags}
 
 
 # --- the registry ----------------------------------------------------------------------------------------
@@ -266,7 +275,7 @@ def garbage_collect(local: LocalRegistry, progress: Progress, runner: Callable[.
 
 
 def _script(runner: Callable[..., subprocess.CompletedProcess], command: str, env: dict[str, str]) -> None:
-    result = runner([str(REGISTRY_SCRIPT), command], capture_output=True, text=True, check=False, env=env)
+    result = runner(["bash", str(resources.registry_script()), command], capture_output=True, text=True, check=False, env=env)
     if result.returncode != 0:
         raise Failure(f"ci/registry.sh {command} failed: {(result.stderr or result.stdout).strip()[-500:]}",
                       rule="prune-gc")
@@ -278,13 +287,15 @@ def _script(runner: Callable[..., subprocess.CompletedProcess], command: str, en
 class PruneReport:
     plan: PrunePlan
     deleted: list[str] = field(default_factory=list)  # digests
+    deleted_companions: list[str] = field(default_factory=list)  # cosign tags of deleted digests
     pinned: list[str] = field(default_factory=list)  # protect tags added
     collected: Collected | None = None
     gc_skipped: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"decisions": [vars(d) for d in self.plan.decisions], "deleted_digests": self.deleted,
-                "deleted_tags": self.plan.deleted_tags, "pinned": self.pinned,
+                "deleted_tags": self.plan.deleted_tags,
+                "deleted_cosign_tags": self.deleted_companions, "pinned": self.pinned,
                 "gc": self.collected.to_json() if self.collected else None, "gc_skipped": self.gc_skipped}
 
 
@@ -301,6 +312,11 @@ def prune(client: RegistryClient, *, keep: int, older_than_days: int, protected:
         if not dry_run:
             client.delete_manifest(digest)
             report.deleted.append(digest)
+        for tag, companion in cosign_companions(digest, tags).items():
+            progress(f"{'would delete' if dry_run else 'deleting'} {companion} ({tag}, cosign's for {digest})")
+            if not dry_run:
+                client.delete_manifest(companion)
+                report.deleted_companions.append(tag)
     local = local_registry(client.registry, state) if collect else None
     if not collect:
         report.gc_skipped = "--no-gc"
@@ -309,7 +325,8 @@ def prune(client: RegistryClient, *, keep: int, older_than_days: int, protected:
                              "run its garbage collection where it runs")
     elif dry_run:
         report.gc_skipped = "--dry-run"
-    remaining = {tag: digest for tag, digest in tags.items() if tag not in report.plan.deleted_tags}
+    gone = set(report.plan.deleted_tags) | set(report.deleted_companions)
+    remaining = {tag: digest for tag, digest in tags.items() if tag not in gone}
     if local is not None:
         report.pinned = pin_untagged(client, protected, set(remaining.values()), dry_run, progress)
     if local is not None and not dry_run and collect:

@@ -1,7 +1,7 @@
-"""Where the files that ship with xla-images are: the Jinja2 templates and the smoke suite.
+"""Where the files that ship with xla-images are: the Jinja2 templates, the smoke suite, ci/registry.sh.
 
 The repository keeps them at its top level (templates/, smoke/). xla_images/templates and xla_images/smoke are
-symlinks to those directories, and pyproject.toml declares them package data, so one lookup inside the package
+symlinks to those directories (xla_images/ci_scripts to ci/), and pyproject.toml declares them package data, so one lookup inside the package
 works for a source checkout (PYTHONPATH), an editable install and an installed wheel (which holds the files
 themselves). Nothing here depends on the current directory or on where matrix.yaml is.
 """
@@ -15,6 +15,7 @@ from .errors import Failure
 TEMPLATES = "templates"
 CI_TEMPLATES = "templates/ci"
 SMOKE_SUITE = "smoke/xla_smoke"
+CI_SCRIPTS = "ci_scripts"
 
 
 def shipped(relative: str) -> Path:
@@ -35,6 +36,11 @@ def templates_dir() -> Path:
 
 def ci_templates_dir() -> Path:
     return shipped(CI_TEMPLATES)
+
+
+def registry_script() -> Path:
+    """ci/registry.sh, which runs the local docker-registry (prune stops and restarts it around collection)."""
+    return shipped(CI_SCRIPTS) / "registry.sh"
 
 
 def smoke_dir() -> Path:

@@ -58,6 +58,9 @@ def test_prune_keeps_the_newest_and_the_protected_then_collects_exactly_the_rest
     release = support.push_image(registry, repo, ["r7.1.0_3.11_cpu"], os.urandom(48 << 10))
     overwritten = support.push_image(registry, repo, ["scratch"], os.urandom(48 << 10))
     support.push_image(registry, repo, ["scratch"], os.urandom(48 << 10))  # `overwritten` is now untagged
+    # cosign's signature tags name the signed digest: a deleted image's go with it, a kept image's stay.
+    doomed_signature = support.push_image(registry, repo, [_cosign_tag(nights["20200103"].digest)], os.urandom(4096))
+    kept_signature = support.push_image(registry, repo, [_cosign_tag(nights["20200105"].digest)], os.urandom(4096))
     assert registry.digest(repo, overwritten.digest) == overwritten.digest
 
     protect = tmp_path / "downstream-digests.txt"
@@ -79,25 +82,27 @@ def test_prune_keeps_the_newest_and_the_protected_then_collects_exactly_the_rest
     assert real.returncode == 0, real.stderr
     report = json.loads(real.stdout)
     assert sorted(report["deleted_digests"]) == sorted(image.digest for image in doomed)
+    assert report["deleted_cosign_tags"] == [_cosign_tag(nights["20200103"].digest)]
     kept = {d["tag"]: d["reason"] for d in report["decisions"] if not d["delete"]}
     assert "protected" in kept[f"{SERIES}_20200102"] and "newest" in kept[f"{SERIES}_20200105"]
     assert report["pinned"] == [f"protected-{overwritten.digest[7:23]}"]
 
     # Exactly the doomed images' own blobs went: config, own layer and manifest (the shared layer stays).
     own = [len(image.manifest) + sum(size for digest, size in image.blobs.items() if digest != support.SHARED_DIGEST)
-           for image in doomed]
+           for image in (*doomed, doomed_signature)]
     blobs_after = registry.blobs()
-    assert blobs_before[0] - blobs_after[0] == 3 * len(doomed)
+    assert blobs_before[0] - blobs_after[0] == 3 * (len(doomed) + 1)
     assert blobs_before[1] - blobs_after[1] == sum(own)
     assert report["gc"] == {"blobs_before": blobs_before[0], "blobs_after": blobs_after[0],
                             "bytes_before": blobs_before[1], "bytes_after": blobs_after[1],
                             "bytes_freed": blobs_before[1] - blobs_after[1]}
     assert registry.answers()  # started again after the collection
     deleted = {f"{SERIES}_{night}" for night in ("20200101", "20200103", "20200104")}
+    deleted.add(_cosign_tag(nights["20200103"].digest))
     assert set(registry.tags(repo)) == (set(tags_before) - deleted) | set(report["pinned"])
     for image in doomed:
         assert registry.digest(repo, image.digest) is None
-    for image in (newest, release, nights["20200105"]):
+    for image in (newest, release, nights["20200105"], kept_signature):
         assert registry.digest(repo, image.digest) == image.digest
     for image in (nights["20200102"], overwritten):
         ref = f"{registry.host}/{repo}@{image.digest}"
@@ -105,6 +110,10 @@ def test_prune_keeps_the_newest_and_the_protected_then_collects_exactly_the_rest
             engine.pull_image(ref, None)  # the protected images survive the collection, whole
         finally:
             engine.remove_image(ref, force=True)
+
+
+def _cosign_tag(digest: str) -> str:
+    return digest.replace(":", "-") + ".sig"
 
 
 def test_bad_protect_file_is_a_clear_error_and_deletes_nothing(registry: support.LocalRegistry,
