@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -803,15 +804,19 @@ def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
     Iterative (os.walk recurses once per level in python 3.11: a deep tree would end in RecursionError), and a
     directory or library that cannot be read is a usage error: skipping it would give a verdict on part of
     the tree. Symlinks that loop or point nowhere are what the loader would not find either: skipped."""
-    seen_files: set[str] = set()
-    seen_dirs: set[str] = set()
-    pending = [str(root)]
+    # Files and directories are known by (device, inode) after following symlinks: os.path.realpath costs one
+    # lstat per path component, quadratic in a deep tree.
+    seen: set[tuple[int, int]] = set()
+    pending = [(str(root), "")]
     while pending:
-        directory = pending.pop()
-        real_directory = os.path.realpath(directory)
-        if real_directory in seen_dirs:
+        directory, relative = pending.pop()
+        try:
+            identity = os.stat(directory)
+        except OSError:
+            continue  # vanished, or a symlink loop: nothing the loader would find there either
+        if (identity.st_dev, identity.st_ino) in seen:
             continue
-        seen_dirs.add(real_directory)
+        seen.add((identity.st_dev, identity.st_ino))
         try:
             with os.scandir(directory) as listing:
                 entries = sorted(listing, key=lambda entry: entry.name)
@@ -819,16 +824,22 @@ def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
             raise _unreadable_path(directory, error) from None
         subdirectories = []
         for entry in entries:
+            inside = f"{relative}{entry.name}"
             if _is_directory(entry):
-                subdirectories.append(entry.path)
+                subdirectories.append((entry.path, inside + "/"))
                 continue
             if not _SHARED_OBJECT_NAME.search(entry.name):
                 continue
-            real = os.path.realpath(entry.path)
-            if real in seen_files or not os.path.isfile(real) or not has_elf_magic(Path(entry.path)):
+            try:
+                target = entry.stat()  # follows symlinks
+            except OSError:
+                continue  # a dangling symlink or a loop
+            if not stat.S_ISREG(target.st_mode) or (target.st_dev, target.st_ino) in seen:
                 continue
-            seen_files.add(real)
-            yield os.path.relpath(entry.path, root), Path(entry.path)
+            if not has_elf_magic(Path(entry.path)):
+                continue
+            seen.add((target.st_dev, target.st_ino))
+            yield inside, Path(entry.path)
         pending.extend(reversed(subdirectories))  # depth first, in name order
 
 
@@ -880,11 +891,12 @@ def _member_errors(wheel: Path, member: zipfile.ZipInfo) -> Iterator[None]:
                            hint="download the wheel again: it is truncated or corrupt") from None
 
 
-def _check_member_size(wheel: Path, member: zipfile.ZipInfo, limit: int = MAX_MEMBER_BYTES) -> None:
+def _check_member_size(wheel: Path, member: zipfile.ZipInfo, limit: int | None = None) -> None:
     """Refuse members whose declared size is beyond any real library, or that inflate like a zip bomb.
 
     zipfile never inflates past the declared file_size (a liar fails its CRC), so these two bounds bound
     the time, memory and disk a member can cost."""
+    limit = MAX_MEMBER_BYTES if limit is None else limit
     if member.file_size > limit:
         raise _usage_error(f"{wheel}!{member.filename} declares {member.file_size} bytes uncompressed, more than "
                            f"the {limit} bytes allowed", rule=RULE_WHEEL,
@@ -1117,7 +1129,7 @@ def check_target(target: str) -> list[CheckReport]:
     if is_path_target(target):
         path = Path(target).expanduser()
         if not path.exists():
-            raise _usage_error(f"{path} does not exist", hint="pass a site-packages directory or an image reference")
+            raise missing_path_error(path, "pass a site-packages directory or an image reference")
         if not path.is_dir():
             raise _usage_error(f"{path} is not a directory",
                                hint="check needs torch and the extensions side by side: pass a site-packages "
