@@ -1478,16 +1478,19 @@ def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
             lines.append(f"{extension.path} ({extension.abi} ABI) needs {twins} symbol(s) that torch "
                          f"({torch_abi} ABI) exports only with the other ABI's mangling")
         return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
-    lines = [_version_line(extension, torch_version) for extension in broken]
+    this = f"torch {torch_version}" if torch_version else "this torch"
+    lines = [_version_line(extension, this) for extension in broken if not extension.pinned_elsewhere]
+    pinned: dict[tuple[str, str], list[str]] = {}
+    for extension in broken:
+        if extension.pinned_elsewhere:
+            pinned.setdefault((extension.distribution, extension.requires_torch), []).append(extension.path)
+    lines.extend(f"{distribution} ({_some(paths)}) requires torch=={requires}, this is {this}: its symbols resolve, "
+                 f"but it was compiled against another torch release's headers (layouts, inline code, operator "
+                 f"schemas), which symbols cannot check" for (distribution, requires), paths in pinned.items())
     return VERSION_MISMATCH, "version mismatch: " + "; ".join(lines)
 
 
-def _version_line(extension: ExtensionCheck, torch_version: str | None) -> str:
-    this = f"torch {torch_version}" if torch_version else "this torch"
-    if extension.pinned_elsewhere:
-        return (f"{extension.path} ({extension.distribution}) requires torch=={extension.requires_torch}, this is "
-                f"{this}: its symbols resolve, but it was compiled against another torch release's headers "
-                f"(layouts, inline code, operator schemas), which symbols cannot check - install the release it pins")
+def _version_line(extension: ExtensionCheck, this: str) -> str:
     pinned = f" ({extension.distribution} requires torch=={extension.requires_torch})" \
         if extension.requires_torch else ""
     return (f"{extension.path}{pinned} needs {len(extension.missing)} torch symbol(s) {this} does not export under "
@@ -1591,10 +1594,13 @@ def format_package(report: PackageReport) -> str:
 
 
 def format_check(report: CheckReport, limit: int = 20) -> str:
-    lines = [f"{report.path}: torch libraries use the {report.torch_abi} ABI"]
+    version = f" (torch {report.torch_version})" if report.torch_version else ""
+    lines = [f"{report.path}: torch libraries{version} use the {report.torch_abi} ABI"]
     for extension in report.extensions:
+        owner = f", {extension.distribution}" if extension.distribution else ""
+        owner += f" requires torch=={extension.requires_torch}" if extension.requires_torch else ""
         lines.append(f"  {extension.verdict:<16} {extension.path} (abi {extension.abi}, "
-                     f"{extension.torch_symbols} torch symbols)")
+                     f"{extension.torch_symbols} torch symbols{owner})")
         for item in extension.missing[:limit]:
             lines.append(f"    missing [{item.problem}] {item.demangled}")
             if item.twin_demangled:
