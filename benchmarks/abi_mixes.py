@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,8 @@ PROBES: dict[str, str] = {
                    "from torchaudio.functional.filtering import _lfilter_core_generic_loop\n"
                    "windows = torch.rand(1, 1, 16, dtype=torch.float64)\n"
                    "a = torch.tensor([[0.5, 1.0]], dtype=torch.float64)\n"
-                   "out, expected = torch.zeros(1, 1, 17, dtype=torch.float64), torch.zeros(1, 1, 17, dtype=torch.float64)\n"
+                   "out = torch.zeros(1, 1, 17, dtype=torch.float64)\n"
+                   "expected = out.clone()\n"
                    "torch.ops.torchaudio._lfilter_core_loop(windows.clone(), a, out)\n"
                    "_lfilter_core_generic_loop(windows.clone(), a, expected)\n"
                    "assert torch.allclose(out, expected), (out, expected)\n"),
@@ -182,6 +184,7 @@ class Outcome:
     predicted_missing: list[str]
     predicted_extensions: dict[str, str]  # extension path -> verdict (for extensions of the probed packages)
     summary: str
+    reason: str               # why check predicts what it predicts, in a few words
     real: str                 # "works" or the error the import / call ended with
     real_symbol: str | None   # the undefined symbol the loader named, if any
     agree: bool
@@ -203,9 +206,13 @@ def real_outcome(completed: subprocess.CompletedProcess) -> tuple[str, str | Non
     if completed.returncode == 0 and completed.stdout.strip().endswith(PROBE_OK):
         return "works", None
     match = re.search(r"undefined symbol: (\S+)", completed.stderr)
-    lines = [line for line in completed.stderr.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else f"exit {completed.returncode}"
-    return (f"fails: {last[:300]}", match.group(1).rstrip(",") if match else None)
+    lines = [line.strip() for line in completed.stderr.strip().splitlines()
+             if line.strip() and "Warning" not in line]
+    last = lines[-1] if lines else ""
+    if completed.returncode < 0:  # the interpreter died: a crash, not an exception
+        name = signal.Signals(-completed.returncode).name
+        return f"fails: killed by {name}" + (f" ({last[:200]})" if last else ""), None
+    return f"fails: {last[:300] or f'exit {completed.returncode}'}", match.group(1).rstrip(",") if match else None
 
 
 def _probed(path: str, packages: tuple[str, ...]) -> bool:
@@ -227,11 +234,15 @@ def run_mix(mix: Mix, scratch: Path) -> Outcome:
     predicted = (abi.ABI_MISMATCH if abi.ABI_MISMATCH in verdicts else
                  abi.VERSION_MISMATCH if abi.VERSION_MISMATCH in verdicts else abi.COMPATIBLE)
     missing = sorted({item.symbol for extension in extensions for item in extension.missing})
+    pins = sorted({f"{item.distribution} pins torch=={item.requires_torch}" for item in extensions
+                   if item.pinned_elsewhere})
+    reason = (f"{len(missing)} torch symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
+              if pins else "all symbols resolve")
     agree = (predicted == abi.COMPATIBLE) == (real == "works")
     if agree and predicted != abi.COMPATIBLE and symbol is not None:
         agree = symbol in missing  # the loader's first failing symbol must be one check named
     return Outcome(mix.name, predicted, missing, {item.path: item.verdict for item in extensions}, report.summary,
-                   real, symbol, agree, seconds_check, seconds_real)
+                   reason, real, symbol, agree, seconds_check, seconds_real)
 
 
 def main() -> None:
@@ -251,11 +262,12 @@ def main() -> None:
     if arguments.json:
         print(json.dumps([asdict(outcome) for outcome in outcomes], indent=2))
         return
-    print("| mix | `abi check` predicts | real import + call | agree |")
-    print("|---|---|---|---|")
+    print("| mix | `abi check` predicts | because | real import + call | agree |")
+    print("|---|---|---|---|---|")
     for outcome in outcomes:
-        real = outcome.real if outcome.real_symbol is None else f"undefined symbol `{outcome.real_symbol}`"
-        print(f"| {outcome.mix} | {outcome.predicted} | {real} | {'yes' if outcome.agree else '**NO**'} |")
+        real = outcome.real if outcome.real_symbol is None else f"fails: undefined symbol `{outcome.real_symbol}`"
+        print(f"| {outcome.mix} | {outcome.predicted} | {outcome.reason} | {real.replace('|', '/')} | "
+              f"{'yes' if outcome.agree else '**NO**'} |")
     print(f"\n{sum(outcome.agree for outcome in outcomes)} of {len(outcomes)} predictions agree")
 
 

@@ -25,8 +25,19 @@ exports its twin under the other ABI (see `abi_neutral_key`), else a ``version m
 ``--json`` prints one object for a path and an array (one per site-packages) for an image:
 ``{"path", "kind", "abi", "platform_tag", "verdict", "glibc", "glibcxx", "shared_objects": [{"path", "abi",
 "glibc", "glibcxx", "cxx11_symbols", "pre_cxx11_symbols", "abi_basis", "bundled_runtime"}]}`` for inspect, and
-``{"path", "verdict", "summary", "torch_abi", "torch_libraries", "extensions": [{"path", "abi", "verdict",
-"torch_symbols", "missing": [{"symbol", "demangled", "problem", "twin", "twin_demangled"}]}]}`` for check.
+``{"path", "verdict", "summary", "torch_abi", "torch_version", "needs_cuda_unavailable", "torch_libraries",
+"extensions": [{"path", "abi", "verdict", "torch_symbols", "missing": [{"symbol", "demangled", "problem", "twin",
+"twin_demangled"}], "from_cuda_stub", "distribution", "requires_torch", "registers_operators"}]}`` for check.
+
+WHAT SYMBOLS CANNOT SHOW. An extension compiled against another torch release may resolve every symbol and still
+crash (torchvision 0.23.0 beside torch 2.9.0: SIGSEGV while registering its operators). `check` therefore also
+calls an extension a ``version mismatch`` when the distribution that installed it pins another torch release
+(``Requires-Dist: torch==X``), and says "runtime operator compatibility not checkable" for extensions that
+register operators without such a pin (see `_with_distribution`, `_operators_remark`).
+
+HOSTILE INPUT. Corrupt ELF files (`CorruptElf`), damaged wheels, zip bombs, unreadable paths and symlink loops are
+usage errors naming the file and a rule (RULE_ELF, RULE_WHEEL, RULE_PATH); reading is bounded by the input's size
+(`_open_elf`, `_read_version_needs`, `_check_member_size`).
 
 STANDALONE USE. This module imports only the standard library and pyelftools at top level, so the wheel build
 script can copy this one file into a build container and run ``python abi.py inspect|check PATH [--json]``
@@ -227,6 +238,17 @@ def _open_elf(stream: IO[bytes]) -> ELFFile:
     return elf
 
 
+# The biggest dynamic tables of real torch libraries are tens of MB (libtorch_cuda.so's .dynstr); a sparse file or
+# a lying sh_size must not make one read allocate gigabytes.
+MAX_TABLE_BYTES = 512 << 20
+
+
+def _section_data(section) -> bytes:
+    if section["sh_size"] > MAX_TABLE_BYTES:
+        raise CorruptElf(f"section {section.name!r} claims {section['sh_size']} bytes (more than {MAX_TABLE_BYTES})")
+    return section.data()
+
+
 def _read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
     elf = _open_elf(stream)
     sections = _sections_by_type(elf, ("SHT_DYNAMIC", "SHT_GNU_verneed", "SHT_DYNSYM", "SHT_GNU_versym"))
@@ -238,9 +260,9 @@ def _read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
     dynsym = sections.get("SHT_DYNSYM")
     if dynsym is None:
         return info  # a static or sstripped object: nothing the dynamic linker would resolve by name
-    strings = elf.get_section(dynsym["sh_link"]).data()
+    strings = _section_data(elf.get_section(dynsym["sh_link"]))
     versym = _read_versym(sections.get("SHT_GNU_versym"), elf.little_endian)
-    _read_symbols(dynsym.data(), strings, versym, version_index, elf, info)
+    _read_symbols(_section_data(dynsym), strings, versym, version_index, elf, info)
     return info
 
 
@@ -302,7 +324,7 @@ def _read_version_needs(verneed, info: ElfDynamic) -> dict[int, tuple[str, str]]
 def _read_versym(versym, little_endian: bool) -> Sequence[int] | None:
     if versym is None:
         return None
-    data = versym.data()
+    data = _section_data(versym)
     return struct.unpack(f"{'<' if little_endian else '>'}{len(data) // 2}H", data)
 
 
@@ -1298,7 +1320,7 @@ def _read_link_summary(full: Path) -> tuple[ElfDynamic, bool]:
             if "SHT_DYNAMIC" in sections:
                 _read_dynamic_tags(sections["SHT_DYNAMIC"], info)
             dynsym = sections.get("SHT_DYNSYM")
-            names = elf.get_section(dynsym["sh_link"]).data() if dynsym is not None else b""
+            names = _section_data(elf.get_section(dynsym["sh_link"])) if dynsym is not None else b""
     except CorruptElf as error:
         raise _unreadable_elf(str(full), error) from None
     except OSError as error:

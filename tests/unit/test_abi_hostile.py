@@ -55,7 +55,8 @@ def site_with(root: Path, seeds: Path, *, torch: bytes | None = None, extension:
     """A site-packages with torch/lib/libtorch.so and _XLAC*.so, either replaced by the given bytes."""
     library = root / "torch" / "lib"
     library.mkdir(parents=True)
-    (library / "libtorch.so").write_bytes(torch if torch is not None else (seeds / "torch" / "libtorch.so").read_bytes())
+    default_torch = (seeds / "torch" / "libtorch.so").read_bytes()
+    (library / "libtorch.so").write_bytes(torch if torch is not None else default_torch)
     (root / EXTENSION).write_bytes(extension if extension is not None else (seeds / "extension.so").read_bytes())
     return root
 
@@ -421,7 +422,8 @@ def test_unreadable_directory_and_library_are_usage_errors(seeds: Path, shared_t
     (site / "private").mkdir(mode=0o700)
     completed = run_standalone("check", str(site), user=NOBODY)
     assert completed.returncode == 2, completed.stdout + completed.stderr
-    assert "cannot read" in completed.stderr and "private" in completed.stderr and "abi-path-readable" in completed.stderr
+    assert "cannot read" in completed.stderr and "private" in completed.stderr
+    assert "abi-path-readable" in completed.stderr
     os.rmdir(site / "private")
     os.chmod(site / EXTENSION, 0o600)
     completed = run_standalone("inspect", str(site), user=NOBODY)
@@ -444,3 +446,20 @@ def test_image_that_does_not_exist_is_a_usage_error(monkeypatch: pytest.MonkeyPa
     for command in ("inspect", "check"):
         assert_usage_error(cli(command, "no-such-image:1"), "no-such-image:1")
         assert_usage_error(cli(command, "./no-such-dir"), "does not exist", rule=abi.RULE_PATH)
+
+
+def test_sparse_library_claiming_a_huge_symbol_table_is_refused_before_reading(seeds: Path, tmp_path: Path) -> None:
+    """A 2 GiB sparse file whose .dynsym claims 1.5 GiB: refused from the header, not read into memory."""
+    seed = bytearray((seeds / "libstrings.so").read_bytes())
+    shoff, = struct.unpack_from("<Q", seed, 0x28)
+    shnum, = struct.unpack_from("<H", seed, 0x3C)
+    dynsym = next(shoff + index * _SHDR.size for index in range(shnum)
+                  if _SHDR.unpack_from(seed, shoff + index * _SHDR.size)[1] == 11)
+    set_field(seed, dynsym + 0x20, 8, 3 << 29)
+    sparse = tmp_path / "libsparse.so"
+    with open(sparse, "wb") as handle:
+        handle.write(seed)
+        handle.truncate(2 << 30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert_usage_error(cli("inspect", str(sparse)), "libsparse.so", "claims", rule=abi.RULE_ELF)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 100
