@@ -1556,12 +1556,32 @@ def _cuda_stub_remark(extensions: Sequence[ExtensionCheck]) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
+# The image reference grammar of the distribution project (reference.go), without IPv6 hosts: a reference the
+# engine would refuse as "invalid reference format" is the user's typo, reported before asking the engine.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+RULE_IMAGE = "abi-image-reference"
+
+
+def check_image_reference(image: str) -> None:
+    if len(image) > 512 or _IMAGE_REFERENCE.fullmatch(image) is None:
+        shown = image if len(image) <= 80 else image[:80] + "..."
+        raise _usage_error(f"{shown!r} is neither an existing path nor a valid image reference", rule=RULE_IMAGE,
+                           hint="pass a wheel, a directory, a .so file or an image such as "
+                                "xla-images:r2.9.0_3.11_cpu (lowercase repository, optional :tag or @sha256:...)")
+
+
 def _extract_site_packages(image: str, scratch: Path) -> list[tuple[str, Path]]:
     """(path in the image, local copy) of each site-packages matching SITE_PACKAGES_GLOBS.
 
     Nothing runs in the image: for each glob the engine copies its fixed leading directory out of a created,
     never started container, and the wildcard is matched locally.
     """
+    check_image_reference(image)
     try:
         from xla_images import engine
     except ImportError as error:

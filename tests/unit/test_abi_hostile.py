@@ -463,3 +463,23 @@ def test_sparse_library_claiming_a_huge_symbol_table_is_refused_before_reading(s
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert_usage_error(cli("inspect", str(sparse)), "libsparse.so", "claims", rule=abi.RULE_ELF)
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 100
+
+
+@pytest.mark.parametrize("target", ["", " ", "UPPER:Bad Ref", "a@sha256:zzz", "repo:" + "t" * 200, "x" * 600,
+                                    "name:tag:tag", "-leading-dash:1"])
+def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xla_images import engine
+
+    def must_not_be_called(*arguments: object) -> Path:
+        raise AssertionError("the engine was asked about a malformed reference")
+
+    monkeypatch.setattr(engine, "extract_from_image", must_not_be_called)
+    for command in ("inspect", "check"):
+        assert_usage_error(cli(command, "--", target), "valid image reference", rule=abi.RULE_IMAGE)
+
+
+@pytest.mark.parametrize("target", ["xla-images/base:3.11", "localhost:5000/xla/img:r2.9.0_3.11_cpu", "ubuntu",
+                                    "ghcr.io/org/img@sha256:" + "a" * 64, "a__b/c.d-e:T_1.2"])
+def test_valid_image_references_pass_the_syntax_check(target: str) -> None:
+    abi.check_image_reference(target)
