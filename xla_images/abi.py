@@ -25,8 +25,19 @@ exports its twin under the other ABI (see `abi_neutral_key`), else a ``version m
 ``--json`` prints one object for a path and an array (one per site-packages) for an image:
 ``{"path", "kind", "abi", "platform_tag", "verdict", "glibc", "glibcxx", "shared_objects": [{"path", "abi",
 "glibc", "glibcxx", "cxx11_symbols", "pre_cxx11_symbols", "abi_basis", "bundled_runtime"}]}`` for inspect, and
-``{"path", "verdict", "summary", "torch_abi", "torch_libraries", "extensions": [{"path", "abi", "verdict",
-"torch_symbols", "missing": [{"symbol", "demangled", "problem", "twin", "twin_demangled"}]}]}`` for check.
+``{"path", "verdict", "summary", "torch_abi", "torch_version", "needs_cuda_unavailable", "torch_libraries",
+"extensions": [{"path", "abi", "verdict", "torch_symbols", "missing": [{"symbol", "demangled", "problem", "twin",
+"twin_demangled"}], "from_cuda_stub", "distribution", "requires_torch", "registers_operators"}]}`` for check.
+
+WHAT SYMBOLS CANNOT SHOW. An extension compiled against another torch release may resolve every symbol and still
+crash (torchvision 0.23.0 beside torch 2.9.0: SIGSEGV while registering its operators). `check` therefore also
+calls an extension a ``version mismatch`` when the distribution that installed it pins another torch release
+(``Requires-Dist: torch==X``), and says "runtime operator compatibility not checkable" for extensions that
+register operators without such a pin (see `_with_distribution`, `_operators_remark`).
+
+HOSTILE INPUT. Corrupt ELF files (`CorruptElf`), damaged wheels, zip bombs, unreadable paths and symlink loops are
+usage errors naming the file and a rule (RULE_ELF, RULE_WHEEL, RULE_PATH); reading is bounded by the input's size
+(`_open_elf`, `_read_version_needs`, `_check_member_size`).
 
 STANDALONE USE. This module imports only the standard library and pyelftools at top level, so the wheel build
 script can copy this one file into a build container and run ``python abi.py inspect|check PATH [--json]``
@@ -39,17 +50,21 @@ The ABI names ("cxx11", "pre-cxx11") are the values of `xla_images.flavour.Abi`;
 from __future__ import annotations
 
 import argparse
+import csv
+import errno
 import io
 import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence
 
@@ -84,7 +99,12 @@ SITE_PACKAGES_GLOBS: tuple[str, ...] = (
 TORCH_NAMESPACES: tuple[str, ...] = ("torch", "c10", "at", "caffe2")
 
 # Members bigger than this are unpacked to a temporary file instead of memory when reading a wheel.
-IN_MEMORY_LIMIT = 1 << 30
+IN_MEMORY_LIMIT = 256 << 20
+# Bounds on what one wheel member may cost. The biggest real member seen is torch 2.8's libtorch_cuda.so (1.0 GB,
+# 3.4x compressed); the best compressed members of real torch wheels are headers at 25x, shared objects 3-6x.
+MAX_MEMBER_BYTES = 4 << 30
+BOMB_RATIO, BOMB_MIN_BYTES = 200, 16 << 20
+MAX_METADATA_BYTES = 16 << 20  # WHEEL, METADATA, RECORD
 
 ELF_MAGIC = b"\x7fELF"
 _SHARED_OBJECT_NAME = re.compile(r"\.so(?:\.[0-9]+)*$")
@@ -108,13 +128,32 @@ class AbiUsageError(ValueError):
     exit_code = 2
 
 
-def _usage_error(message: str, hint: str | None = None) -> Exception:
+def _usage_error(message: str, hint: str | None = None, rule: str = "abi-input") -> Exception:
     """A ConfigError when running inside xla_images, else a plain AbiUsageError with the same text."""
     try:
         from xla_images.errors import ConfigError
     except ImportError:
-        return AbiUsageError(message if hint is None else f"{message}\n  hint: {hint}")
-    return ConfigError(message, rule="abi-input", hint=hint)
+        text = f"error [{rule}]: {message}"
+        return AbiUsageError(text if hint is None else f"{text}\n  hint: {hint}")
+    return ConfigError(message, rule=rule, hint=hint)
+
+
+# Rules named by the usage errors about unreadable inputs.
+RULE_ELF = "abi-elf-readable"
+RULE_WHEEL = "abi-wheel-readable"
+RULE_PATH = "abi-path-readable"
+
+
+class CorruptElf(ValueError):
+    """An ELF file whose headers or dynamic tables do not hold together (the dynamic linker would refuse it too).
+
+    Raised by `read_elf_dynamic` for every problem in the bytes, whatever pyelftools raised; callers that know
+    the file's name turn it into a usage error (`_unreadable_elf`)."""
+
+
+def _unreadable_elf(display: str, error: CorruptElf) -> Exception:
+    return _usage_error(f"{display} is not a readable ELF shared object: {error}", rule=RULE_ELF,
+                        hint="the file is truncated or corrupt: reinstall the package it belongs to")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -151,12 +190,67 @@ class ElfDynamic:
 
 
 def read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
-    """Parse dynsym, versions and DT_NEEDED of an ELF stream.
+    """Parse dynsym, versions and DT_NEEDED of an ELF stream; CorruptElf when the bytes do not hold together.
 
     pyelftools locates and decodes the sections; the symbol entries themselves are unpacked with `struct`
     because pyelftools' per-symbol objects cost ~55 us each and torch libraries export hundreds of thousands.
+    Every loop is bounded by the stream's size (see `_open_elf`), so hostile headers cannot make it hang.
     """
+    with _corrupt_elf_errors():
+        return _read_elf_dynamic(stream)
+
+
+@contextmanager
+def _corrupt_elf_errors() -> Iterator[None]:
+    """Any exception while decoding ELF bytes means the bytes are bad: pyelftools raises ELFError, construct's
+    StreamError, struct.error, IndexError, KeyError, ValueError... depending on which field is broken."""
+    try:
+        yield
+    except CorruptElf:
+        raise
+    except MemoryError:
+        raise CorruptElf("a table is too large to read") from None
+    except Exception as error:  # noqa: BLE001 - a parser boundary: whatever the third-party parser raised
+        reason = f"{type(error).__name__}: {error}".strip().rstrip(":")
+        raise CorruptElf(reason if len(reason) <= 200 else reason[:200] + "...") from None
+
+
+def _open_elf(stream: IO[bytes]) -> ELFFile:
+    """ELFFile after checking that the section header table lies inside the stream.
+
+    pyelftools trusts e_shnum (or, when it is 0, the sh_size of section 0: up to 2**64) and e_shentsize; the
+    check bounds every later loop over sections by the file size."""
+    if stream.read(4) != ELF_MAGIC:
+        raise CorruptElf("no ELF magic")
+    stream.seek(0, os.SEEK_END)
+    size = stream.tell()
+    stream.seek(0)
     elf = ELFFile(stream)
+    if elf["e_shoff"] == 0:
+        return elf
+    entry = elf.structs.Elf_Shdr.sizeof()
+    if elf["e_shentsize"] != entry:
+        raise CorruptElf(f"section header size {elf['e_shentsize']}, expected {entry}")
+    count = elf.num_sections()
+    if elf["e_shoff"] + count * entry > size:
+        raise CorruptElf(f"{count} section headers at offset {elf['e_shoff']} run past the end of the file "
+                         f"({size} bytes): truncated?")
+    return elf
+
+
+# The biggest dynamic tables of real torch libraries are tens of MB (libtorch_cuda.so's .dynstr); a sparse file or
+# a lying sh_size must not make one read allocate gigabytes.
+MAX_TABLE_BYTES = 512 << 20
+
+
+def _section_data(section) -> bytes:
+    if section["sh_size"] > MAX_TABLE_BYTES:
+        raise CorruptElf(f"section {section.name!r} claims {section['sh_size']} bytes (more than {MAX_TABLE_BYTES})")
+    return section.data()
+
+
+def _read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
+    elf = _open_elf(stream)
     sections = _sections_by_type(elf, ("SHT_DYNAMIC", "SHT_GNU_verneed", "SHT_DYNSYM", "SHT_GNU_versym"))
     info = ElfDynamic()
     dynamic = sections.get("SHT_DYNAMIC")
@@ -166,9 +260,9 @@ def read_elf_dynamic(stream: IO[bytes]) -> ElfDynamic:
     dynsym = sections.get("SHT_DYNSYM")
     if dynsym is None:
         return info  # a static or sstripped object: nothing the dynamic linker would resolve by name
-    strings = elf.get_section(dynsym["sh_link"]).data()
+    strings = _section_data(elf.get_section(dynsym["sh_link"]))
     versym = _read_versym(sections.get("SHT_GNU_versym"), elf.little_endian)
-    _read_symbols(dynsym.data(), strings, versym, version_index, elf, info)
+    _read_symbols(_section_data(dynsym), strings, versym, version_index, elf, info)
     return info
 
 
@@ -204,13 +298,23 @@ def _read_dynamic_tags(dynamic, info: ElfDynamic) -> None:
 
 
 def _read_version_needs(verneed, info: ElfDynamic) -> dict[int, tuple[str, str]]:
-    """Map version index -> (library file, version name) and record every version each library must offer."""
+    """Map version index -> (library file, version name) and record every version each library must offer.
+
+    pyelftools follows vn_next / vna_next for sh_info entries (up to 2**32) and vn_cnt auxiliaries each; a
+    zero `next` revisits one entry forever. Real tables hold at most sh_size / 16 records of 16 bytes."""
     index: dict[int, tuple[str, str]] = {}
     if verneed is None:
         return index
+    budget = verneed["sh_size"] // 16
+    if verneed.num_versions() > budget:
+        raise CorruptElf(f"version needs claim {verneed.num_versions()} entries in {verneed['sh_size']} bytes")
     needs: dict[str, list[str]] = {}
     for entry, auxiliaries in verneed.iter_versions():
+        budget -= 1
+        if entry["vn_cnt"] > budget:
+            raise CorruptElf(f"version needs of {entry.name!r} claim {entry['vn_cnt']} versions beyond the table")
         for aux in auxiliaries:
+            budget -= 1
             index[aux["vna_other"]] = (entry.name, aux.name)
             needs.setdefault(entry.name, []).append(aux.name)
     info.version_needs = {name: tuple(versions) for name, versions in needs.items()}
@@ -220,7 +324,7 @@ def _read_version_needs(verneed, info: ElfDynamic) -> dict[int, tuple[str, str]]
 def _read_versym(versym, little_endian: bool) -> Sequence[int] | None:
     if versym is None:
         return None
-    data = versym.data()
+    data = _section_data(versym)
     return struct.unpack(f"{'<' if little_endian else '>'}{len(data) // 2}H", data)
 
 
@@ -256,6 +360,32 @@ def is_elf(path: Path) -> bool:
         return False
 
 
+def has_elf_magic(path: Path, display: str | None = None) -> bool:
+    """Like is_elf, but a file that cannot be read is a usage error, never silently skipped: a verdict
+    over a site-packages with unreadable libraries would be a guess."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == ELF_MAGIC
+    except OSError as error:
+        raise _unreadable_path(display or str(path), error) from None
+
+
+def _unreadable_path(display: str, error: OSError) -> Exception:
+    return _usage_error(f"cannot read {display}: {error.strerror or error}", rule=RULE_PATH,
+                        hint="check its permissions (run as a user who can read the whole tree)")
+
+
+def read_elf_file(path: Path, display: str | None = None) -> ElfDynamic:
+    """read_elf_dynamic of a file; unreadable or corrupt files are usage errors naming display (or path)."""
+    try:
+        with open(path, "rb") as handle:
+            return read_elf_dynamic(handle)
+    except CorruptElf as error:
+        raise _unreadable_elf(display or str(path), error) from None
+    except OSError as error:
+        raise _unreadable_path(display or str(path), error) from None
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Which ABI does a mangled name use?
 # --------------------------------------------------------------------------------------------------------------
@@ -272,6 +402,8 @@ _OLD_ABI_STD_CLASSES = frozenset({
     "basic_ostringstream",
 })
 _SUBSTITUTION = re.compile(r"S[0-9A-Z]*_")
+_DIGITS = re.compile(r"[0-9]+")
+_MAX_LENGTH_DIGITS = 9  # an identifier of 10**9 characters or more is not a real symbol
 _LAMBDA_END = re.compile(r"E[0-9]*_")
 # Productions in which digits are NOT the length of a following identifier.
 _NON_NAME = re.compile(r"""
@@ -345,7 +477,8 @@ def _scan_mangled(name: str) -> tuple[bool, bool]:
             start = position
             while position < end and name[position].isdigit():
                 position += 1
-            length = int(name[start:position])
+            # More digits than the name has characters cannot be a length (and int() refuses > 4300 digits).
+            length = int(name[start:position]) if position - start <= _MAX_LENGTH_DIGITS else 0
             if 0 < length <= end - position:
                 identifier = name[position:position + length]
                 if identifier == "__cxx11" or (after_tag and identifier == "cxx11"):
@@ -434,7 +567,9 @@ def _skip_template_args(name: str, start: int) -> int | None:
     while position < len(name):
         char = name[position]
         if char.isdigit():
-            digits = re.match(r"[0-9]+", name[position:]).group()
+            digits = _DIGITS.match(name, position).group()
+            if len(digits) > _MAX_LENGTH_DIGITS:
+                return None
             position += len(digits) + int(digits)
             continue
         literal = _LITERAL.match(name, position) if char == "L" else None
@@ -459,6 +594,21 @@ _TORCH_NAMESPACE = re.compile(r"N[rVKRO]*(?:" + "|".join(f"{len(name)}{name}" fo
 def names_torch_namespace(name: str) -> bool:
     """Does the mangled name mention torch::, c10::, at:: or caffe2:: (as itself or in its arguments)?"""
     return _TORCH_NAMESPACE.search(name) is not None
+
+
+# The entity itself (not an argument) is in a torch namespace: `_ZNK3c1010TensorImpl...`, vtables `_ZTVN3c10...`,
+# function-local statics `_ZZN2at...`, ref-qualified members `_ZNR5torch7Library...`.
+_TORCH_ENTITY = re.compile(r"_Z(?:T[VTIS]|GV|GR|Thn?[0-9]+_|Tvn?[0-9]+_n?[0-9]+_)?Z?" + _TORCH_NAMESPACE.pattern)
+
+
+def is_torch_entity(name: str) -> bool:
+    """Is the symbol something torch defines? `torchaudio::sox::save_audio_file(at::Tensor, ...)` names at::
+    in its arguments only: a sibling library of torchaudio defines it, and torch's absence of it says nothing."""
+    return _TORCH_ENTITY.match(name) is not None
+
+
+# References that register operators with torch's dispatcher (TORCH_LIBRARY / TORCH_LIBRARY_IMPL, RegisterOperators).
+_REGISTERS_OPERATORS = re.compile(r"_ZN[rVKRO]*(?:5torch7Library|3c1017RegisterOperators)")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -556,10 +706,10 @@ def classify_dynamic(info: ElfDynamic, path: str) -> SharedObjectReport:
 def classify_shared_object(path: Path | str) -> SharedObjectReport:
     """Classify one ELF shared object on disk."""
     path = Path(path)
-    if not is_elf(path):
-        raise _usage_error(f"{path} is not an ELF shared object", hint="pass a .so file, a wheel or a directory")
-    with open(path, "rb") as handle:
-        return classify_dynamic(read_elf_dynamic(handle), str(path))
+    if not has_elf_magic(path):
+        raise _usage_error(f"{path} is not an ELF shared object", hint="pass a .so file, a wheel or a directory",
+                           rule=RULE_ELF)
+    return classify_dynamic(read_elf_file(path), str(path))
 
 
 def _all_names(info: ElfDynamic) -> Iterator[str]:
@@ -615,13 +765,28 @@ def inspect_path(path: Path) -> PackageReport:
         return _inspect_directory(path, kind="directory", display=str(path))
     if path.is_file() and path.suffix == ".whl":
         return _inspect_wheel(path)
-    if path.is_file() and is_elf(path):
+    if path.is_file() and has_elf_magic(path):
         report = classify_shared_object(path)
         return _package("file", str(path), (report,), platform_tag=None, version=None)
     if path.exists():
         raise _usage_error(f"{path} is neither a wheel, a directory nor an ELF shared object",
                            hint="pass a .whl file, a site-packages directory, a .so file or an image reference")
-    raise _usage_error(f"{path} does not exist", hint="check the path, or pass an image reference")
+    raise missing_path_error(path, "check the path, or pass an image reference")
+
+
+def missing_path_error(path: Path, hint: str) -> Exception:
+    """'does not exist', saying why when path is a symlink: a loop, or pointing nowhere."""
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:
+            return _usage_error(f"{path} does not exist: it is a symlink loop", hint=hint, rule=RULE_PATH)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return _usage_error(f"{path} does not exist: it is a symlink loop", hint=hint, rule=RULE_PATH)
+        return _usage_error(f"{path} does not exist: it is a dangling symlink to {os.readlink(path)}", hint=hint,
+                            rule=RULE_PATH)
+    return _usage_error(f"{path} does not exist", hint=hint, rule=RULE_PATH)
 
 
 def inspect_image(image: str) -> list[PackageReport]:
@@ -651,71 +816,144 @@ def is_path_target(target: str) -> bool:
 def _inspect_directory(root: Path, *, kind: str, display: str) -> PackageReport:
     reports = []
     for relative, full in walk_shared_objects(root):
-        with open(full, "rb") as handle:
-            reports.append(classify_dynamic(read_elf_dynamic(handle), relative))
+        reports.append(classify_dynamic(read_elf_file(full, os.path.join(display, relative)), relative))
     return _package(kind, display, tuple(reports), platform_tag=None, version=None)
 
 
 def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
-    """(path relative to root, path) of each ELF shared object under root, following symlinks once."""
-    seen_files: set[str] = set()
-    seen_dirs: set[str] = set()
-    for directory, subdirectories, files in os.walk(root, followlinks=True):
-        real_directory = os.path.realpath(directory)
-        if real_directory in seen_dirs:
-            subdirectories[:] = []
+    """(path relative to root, path) of each ELF shared object under root, following symlinks once.
+
+    Iterative (os.walk recurses once per level in python 3.11: a deep tree would end in RecursionError), and a
+    directory or library that cannot be read is a usage error: skipping it would give a verdict on part of
+    the tree. Symlinks that loop or point nowhere are what the loader would not find either: skipped."""
+    # Files and directories are known by (device, inode) after following symlinks: os.path.realpath costs one
+    # lstat per path component, quadratic in a deep tree.
+    seen: set[tuple[int, int]] = set()
+    pending = [(str(root), "")]
+    while pending:
+        directory, relative = pending.pop()
+        try:
+            identity = os.stat(directory)
+        except OSError:
+            continue  # vanished, or a symlink loop: nothing the loader would find there either
+        if (identity.st_dev, identity.st_ino) in seen:
             continue
-        seen_dirs.add(real_directory)
-        subdirectories.sort()
-        for name in sorted(files):
-            if not _SHARED_OBJECT_NAME.search(name):
+        seen.add((identity.st_dev, identity.st_ino))
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as error:
+            raise _unreadable_path(directory, error) from None
+        subdirectories = []
+        for entry in entries:
+            inside = f"{relative}{entry.name}"
+            if _is_directory(entry):
+                subdirectories.append((entry.path, inside + "/"))
                 continue
-            full = Path(directory, name)
-            real = os.path.realpath(full)
-            if real in seen_files or not os.path.isfile(real) or not is_elf(full):
+            if not _SHARED_OBJECT_NAME.search(entry.name):
                 continue
-            seen_files.add(real)
-            yield os.path.relpath(full, root), full
+            try:
+                target = entry.stat()  # follows symlinks
+            except OSError:
+                continue  # a dangling symlink or a loop
+            if not stat.S_ISREG(target.st_mode) or (target.st_dev, target.st_ino) in seen:
+                continue
+            if not has_elf_magic(Path(entry.path)):
+                continue
+            seen.add((target.st_dev, target.st_ino))
+            yield inside, Path(entry.path)
+        pending.extend(reversed(subdirectories))  # depth first, in name order
+
+
+def _is_directory(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows symlinks; False for loops and dangling ones
+    except OSError:
+        return False
 
 
 def _inspect_wheel(path: Path) -> PackageReport:
     try:
         archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as error:
-        raise _usage_error(f"{path} is not a readable wheel: {error}", hint="download it again") from None
+    except OSError as error:
+        raise _unreadable_path(str(path), error) from None
+    except Exception as error:  # noqa: BLE001 - BadZipFile, ValueError, EOFError ... for a damaged archive
+        raise _usage_error(f"{path} is not a readable wheel (zip): {_reason(error)}", rule=RULE_WHEEL,
+                           hint="download it again: the file is truncated or not a zip archive") from None
     with archive:
         reports = tuple(
-            classify_dynamic(_read_member(archive, member), member.filename)
+            classify_dynamic(_read_member(path, archive, member), member.filename)
             for member in archive.infolist()
-            if _SHARED_OBJECT_NAME.search(member.filename) and _member_is_elf(archive, member)
+            if _SHARED_OBJECT_NAME.search(member.filename) and _member_is_elf(path, archive, member)
         )
-        tags = _wheel_file_tags(archive)
+        tags = _wheel_file_tags(path, archive)
     filename = _WHEEL_FILENAME.match(path.name)
     platform_tag = filename.group("platform") if filename else (".".join(tags) or None)
     version = filename.group("version") if filename else None
     return _package("wheel", str(path), reports, platform_tag=platform_tag, version=version)
 
 
-def _member_is_elf(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bool:
-    with archive.open(member) as handle:
+def _reason(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().rstrip(":")
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+@contextmanager
+def _member_errors(wheel: Path, member: zipfile.ZipInfo) -> Iterator[None]:
+    """A member that cannot be decompressed (bad CRC, truncated data, encrypted, unknown method) names itself."""
+    try:
+        yield
+    except CorruptElf as error:
+        raise _unreadable_elf(f"{wheel}!{member.filename}", error) from None
+    except OSError as error:  # the wheel itself became unreadable, or the spool's disk is full
+        raise _usage_error(f"cannot read {wheel}!{member.filename}: {error.strerror or error}",
+                           rule=RULE_PATH) from None
+    except Exception as error:  # noqa: BLE001 - zipfile/zlib raise BadZipFile, zlib.error, EOFError, RuntimeError...
+        raise _usage_error(f"{wheel}!{member.filename} cannot be decompressed: {_reason(error)}", rule=RULE_WHEEL,
+                           hint="download the wheel again: it is truncated or corrupt") from None
+
+
+def _check_member_size(wheel: Path, member: zipfile.ZipInfo, limit: int | None = None) -> None:
+    """Refuse members whose declared size is beyond any real library, or that inflate like a zip bomb.
+
+    zipfile never inflates past the declared file_size (a liar fails its CRC), so these two bounds bound
+    the time, memory and disk a member can cost."""
+    limit = MAX_MEMBER_BYTES if limit is None else limit
+    if member.file_size > limit:
+        raise _usage_error(f"{wheel}!{member.filename} declares {member.file_size} bytes uncompressed, more than "
+                           f"the {limit} bytes allowed", rule=RULE_WHEEL,
+                           hint="no real shared object is that large: the wheel is corrupt or hostile")
+    if member.file_size > BOMB_MIN_BYTES and member.file_size > BOMB_RATIO * max(member.compress_size, 1):
+        raise _usage_error(f"{wheel}!{member.filename} inflates {member.compress_size} bytes to {member.file_size} "
+                           f"(more than {BOMB_RATIO}x): a zip bomb, not a shared object", rule=RULE_WHEEL,
+                           hint="real shared objects compress 3-6x; the wheel is corrupt or hostile")
+
+
+def _member_is_elf(wheel: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bool:
+    with _member_errors(wheel, member), archive.open(member) as handle:
         return handle.read(4) == ELF_MAGIC
 
 
-def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> ElfDynamic:
-    """Decompress one member (to memory, or a temp file when huge) and read it: pyelftools must seek."""
-    if member.file_size <= IN_MEMORY_LIMIT:
-        return read_elf_dynamic(io.BytesIO(archive.read(member)))
-    with tempfile.TemporaryFile() as spool, archive.open(member) as source:
-        shutil.copyfileobj(source, spool, 1 << 22)
-        spool.seek(0)
-        return read_elf_dynamic(spool)
+def _read_member(wheel: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> ElfDynamic:
+    """Decompress one member (to memory, or a temp file when big) and read it: pyelftools must seek."""
+    _check_member_size(wheel, member)
+    with _member_errors(wheel, member):
+        if member.file_size <= IN_MEMORY_LIMIT:
+            return read_elf_dynamic(io.BytesIO(archive.read(member)))
+        with tempfile.TemporaryFile() as spool, archive.open(member) as source:
+            shutil.copyfileobj(source, spool, 1 << 22)
+            spool.seek(0)
+            return read_elf_dynamic(spool)
 
 
-def _wheel_file_tags(archive: zipfile.ZipFile) -> list[str]:
+def _wheel_file_tags(wheel: Path, archive: zipfile.ZipFile) -> list[str]:
     """Platform parts of the `Tag:` lines of the .dist-info/WHEEL file."""
-    for name in archive.namelist():
+    for member in archive.infolist():
+        name = member.filename
         if name.count("/") == 1 and name.endswith(".dist-info/WHEEL"):
-            text = archive.read(name).decode("utf-8", "replace")
+            _check_member_size(wheel, member, MAX_METADATA_BYTES)
+            with _member_errors(wheel, member):
+                text = archive.read(member).decode("utf-8", "replace")
             tags = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")]
             return sorted({tag.rsplit("-", 1)[-1] for tag in tags})
     return []
@@ -832,11 +1070,21 @@ class ExtensionCheck:
     torch_symbols: int  # undefined C++ symbols looked up in torch (found or not)
     missing: tuple[MissingSymbol, ...] = ()
     from_cuda_stub: tuple[MissingSymbol, ...] = ()  # not in torch, bound to torch_xla's CUDA stub instead
+    distribution: str | None = None  # "torchvision 0.23.0": the installed distribution whose RECORD lists it
+    requires_torch: str | None = None  # the exact torch its metadata pins (Requires-Dist: torch==X), if any
+    registers_operators: bool = False  # calls torch::Library / c10::RegisterOperators (TORCH_LIBRARY...)
+
+    @property
+    def pinned_elsewhere(self) -> bool:
+        """Its distribution pins another torch than the one here (see _check_extension)."""
+        return self.verdict == VERSION_MISMATCH and not self.missing and self.requires_torch is not None
 
     def to_json(self) -> dict:
         return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
                 "missing": [symbol.to_json() for symbol in self.missing],
-                "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub]}
+                "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub],
+                "distribution": self.distribution, "requires_torch": self.requires_torch,
+                "registers_operators": self.registers_operators}
 
 
 @dataclass(frozen=True)
@@ -849,6 +1097,7 @@ class CheckReport:
     torch_abi: str
     torch_libraries: tuple[str, ...]
     extensions: tuple[ExtensionCheck, ...]
+    torch_version: str | None = None  # from torch-X.dist-info, when there is one
 
     @property
     def compatible(self) -> bool:
@@ -861,7 +1110,7 @@ class CheckReport:
 
     def to_json(self) -> dict:
         return {"path": self.path, "verdict": self.verdict, "summary": self.summary, "torch_abi": self.torch_abi,
-                "needs_cuda_unavailable": self.needs_cuda_unavailable,
+                "torch_version": self.torch_version, "needs_cuda_unavailable": self.needs_cuda_unavailable,
                 "torch_libraries": list(self.torch_libraries),
                 "extensions": [extension.to_json() for extension in self.extensions]}
 
@@ -902,7 +1151,7 @@ def check_target(target: str) -> list[CheckReport]:
     if is_path_target(target):
         path = Path(target).expanduser()
         if not path.exists():
-            raise _usage_error(f"{path} does not exist", hint="pass a site-packages directory or an image reference")
+            raise missing_path_error(path, "pass a site-packages directory or an image reference")
         if not path.is_dir():
             raise _usage_error(f"{path} is not a directory",
                                hint="check needs torch and the extensions side by side: pass a site-packages "
@@ -938,18 +1187,104 @@ def _check_site(site: Path, *, display: str) -> CheckReport:
     torch_names = {name for library in torch for name in (library.path.name, library.dynamic.soname) if name}
     twins = _TwinIndex(exported)
     cuda_stub = _cuda_stub_definitions(others)
+    linking = [candidate for candidate in others if _links_torch(candidate, torch_names, candidate.mentions_torch)]
+    torch_version = installed_torch_version(site)
+    owners = distributions_of(site, {candidate.relative for candidate in linking})
     extensions = []
-    for candidate in others:
-        if not _links_torch(candidate, torch_names, candidate.mentions_torch):
-            continue
+    for candidate in linking:
         own = _defined_by_own_dependencies(candidate, torch_names)
         stub = cuda_stub if _loads_after_cuda_stub(candidate) else set()
-        extensions.append(_check_extension(candidate, exported, own, twins, stub))
+        checked = _check_extension(candidate, exported, own, twins, stub)
+        extensions.append(_with_distribution(checked, owners.get(candidate.relative), torch_version))
     torch_abi = package_abi(library.report for library in torch)
     extensions = _demangle_missing(extensions)
-    verdict, summary = _site_verdict(extensions, torch_abi)
+    verdict, summary = _site_verdict(extensions, torch_abi, torch_version)
     return CheckReport(display, verdict, summary, torch_abi, tuple(library.relative for library in torch),
-                       tuple(extensions))
+                       tuple(extensions), torch_version)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An installed distribution (its .dist-info) and the exact torch release its metadata requires."""
+
+    name: str
+    version: str
+    requires_torch: str | None
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+_TORCH_PIN = re.compile(r"^Requires-Dist:\s*torch\s*\(?\s*===?\s*([0-9][^\s,;)]*)\s*\)?\s*(?:;(.*))?$",
+                        re.IGNORECASE | re.MULTILINE)
+
+
+def installed_torch_version(site: Path) -> str | None:
+    """The version in torch-X.dist-info (pip's record of what is installed), None if there is not exactly one."""
+    versions = [entry.name[len("torch-"):-len(".dist-info")] for entry in site.glob("torch-*.dist-info")]
+    return versions[0] if len(versions) == 1 else None
+
+
+def distributions_of(site: Path, files: set[str]) -> dict[str, Distribution]:
+    """relative path -> the distribution whose RECORD lists it, for the given files under site.
+
+    Metadata is advisory here: an unreadable, oversized or garbled RECORD/METADATA only means no distribution is
+    named for those files (the symbol check does not depend on it)."""
+    owners: dict[str, Distribution] = {}
+    for info in sorted(site.glob("*.dist-info")):
+        if info.name.startswith("torch-") or not files - owners.keys():
+            continue
+        record = _small_text(info / "RECORD")
+        if not record:
+            continue
+        listed = {row[0] for row in csv.reader(record.splitlines()) if row} & files
+        if not listed:
+            continue
+        name, _, version = info.name[:-len(".dist-info")].partition("-")
+        distribution = Distribution(name, version, _torch_pin(_small_text(info / "METADATA") or ""))
+        owners.update((path, distribution) for path in listed)
+    return owners
+
+
+def _small_text(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > MAX_METADATA_BYTES:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _torch_pin(metadata: str) -> str | None:
+    """'2.8.0' for `Requires-Dist: torch==2.8.0` (or `torch (==2.8.0)`), unless only for an extra."""
+    for match in _TORCH_PIN.finditer(metadata):
+        marker = match.group(2) or ""
+        if "extra" not in marker:
+            return match.group(1)
+    return None
+
+
+def same_release(pin: str, installed: str) -> bool:
+    """Does installed satisfy ==pin (PEP 440: a pin without a local label matches any local label)?"""
+    if pin.endswith(".*"):
+        return installed.split("+")[0] == pin[:-2] or installed.startswith(pin[:-1])
+    return installed == pin if "+" in pin else installed.split("+")[0] == pin
+
+
+def _with_distribution(extension: ExtensionCheck, owner: Distribution | None,
+                       torch_version: str | None) -> ExtensionCheck:
+    """Attach the owning distribution; one pinned to another torch release is a version mismatch even when
+    every symbol resolves: it was compiled against that torch's headers (struct layouts, inline code, operator
+    schemas), which symbol tables cannot show. torchvision 0.23.0 (torch==2.8.0) resolves every symbol of torch
+    2.9.0 and crashes (SIGSEGV) while registering its operators at import."""
+    if owner is None:
+        return extension
+    verdict = extension.verdict
+    if (verdict == COMPATIBLE and owner.requires_torch and torch_version
+            and not same_release(owner.requires_torch, torch_version)):
+        verdict = VERSION_MISMATCH
+    return ExtensionCheck(extension.path, extension.abi, verdict, extension.torch_symbols, extension.missing,
+                          extension.from_cuda_stub, str(owner), owner.requires_torch, extension.registers_operators)
 
 
 def _load_site(site: Path) -> tuple[list[_Loaded], list[_Loaded]]:
@@ -966,8 +1301,7 @@ def _load_site(site: Path) -> tuple[list[_Loaded], list[_Loaded]]:
 
 
 def _load(relative: str, full: Path) -> _Loaded:
-    with open(full, "rb") as handle:
-        dynamic = read_elf_dynamic(handle)
+    dynamic = read_elf_file(full, relative)
     return _Loaded(relative, full, dynamic, report=classify_dynamic(dynamic, relative))
 
 
@@ -979,13 +1313,18 @@ def _read_link_summary(full: Path) -> tuple[ElfDynamic, bool]:
     the symbol table: most shared objects in a site-packages (CUDA libraries, numpy) have nothing to do with
     torch and are never read further."""
     info = ElfDynamic()
-    with open(full, "rb") as handle:
-        elf = ELFFile(handle)
-        sections = _sections_by_type(elf, ("SHT_DYNAMIC", "SHT_DYNSYM"))
-        if "SHT_DYNAMIC" in sections:
-            _read_dynamic_tags(sections["SHT_DYNAMIC"], info)
-        dynsym = sections.get("SHT_DYNSYM")
-        names = elf.get_section(dynsym["sh_link"]).data() if dynsym is not None else b""
+    try:
+        with open(full, "rb") as handle, _corrupt_elf_errors():
+            elf = _open_elf(handle)
+            sections = _sections_by_type(elf, ("SHT_DYNAMIC", "SHT_DYNSYM"))
+            if "SHT_DYNAMIC" in sections:
+                _read_dynamic_tags(sections["SHT_DYNAMIC"], info)
+            dynsym = sections.get("SHT_DYNSYM")
+            names = _section_data(elf.get_section(dynsym["sh_link"])) if dynsym is not None else b""
+    except CorruptElf as error:
+        raise _unreadable_elf(str(full), error) from None
+    except OSError as error:
+        raise _unreadable_path(str(full), error) from None
     return info, _TORCH_NAMESPACE_BYTES.search(names) is not None
 
 
@@ -1013,17 +1352,20 @@ def _defined_by_own_dependencies(candidate: _Loaded, torch_names: set[str]) -> s
     """Symbols from the extension's other DT_NEEDED libraries found through its $ORIGIN-relative search path
     (e.g. torch_xla/lib/*.so). System libraries are reached through versioned references, which are skipped."""
     origin = str(candidate.path.parent)
+    # Last, the extension's own directory: packages preload such siblings by path (torchaudio loads
+    # libtorchaudio_sox.so with ctypes before _torchaudio_sox.so, which has no RUNPATH), and a library already
+    # loaded satisfies DT_NEEDED by its name.
+    directories = [entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+                   for entry in candidate.dynamic.search_path if "$ORIGIN" in entry or "${ORIGIN}" in entry]
+    directories.append(origin)
     defined: set[str] = set()
     for needed in candidate.dynamic.needed:
-        if needed in torch_names:
+        if needed in torch_names or "/" in needed:
             continue
-        for entry in candidate.dynamic.search_path:
-            if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
-                continue
-            library = Path(entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin), needed)
+        for directory in directories:
+            library = Path(directory, needed)
             if library.is_file() and is_elf(library):
-                with open(library, "rb") as handle:
-                    defined |= read_elf_dynamic(handle).defined
+                defined |= read_elf_file(library).defined
                 break
     return defined
 
@@ -1091,7 +1433,7 @@ def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twin
         twin = twins.find(symbol.name)
         if twin is not None:
             missing.append(MissingSymbol(symbol.name, symbol.name, ABI_MISMATCH, twin, twin))
-        elif names_torch_namespace(symbol.name):
+        elif is_torch_entity(symbol.name):
             missing.append(MissingSymbol(symbol.name, symbol.name, VERSION_MISMATCH))
         else:
             continue  # some other library's C++ symbol: the check cannot tell and does not guess
@@ -1100,9 +1442,10 @@ def _check_extension(extension: _Loaded, exported: set[str], own: set[str], twin
         verdict = ABI_MISMATCH
     else:
         verdict = VERSION_MISMATCH if missing else COMPATIBLE
+    registers = any(_REGISTERS_OPERATORS.match(symbol.name) for symbol in extension.dynamic.undefined)
     return ExtensionCheck(extension.relative, extension.report.abi, verdict, looked_up,
                           tuple(sorted(missing, key=lambda item: (item.problem, item.symbol))),
-                          tuple(sorted(from_stub, key=lambda item: item.symbol)))
+                          tuple(sorted(from_stub, key=lambda item: item.symbol)), registers_operators=registers)
 
 
 def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:
@@ -1114,31 +1457,41 @@ def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:
         return tuple(MissingSymbol(item.symbol, readable.get(item.symbol, item.symbol), item.problem, item.twin,
                                    readable.get(item.twin, item.twin) if item.twin else None) for item in items)
 
-    return [ExtensionCheck(extension.path, extension.abi, extension.verdict, extension.torch_symbols,
-                           readable_items(extension.missing), readable_items(extension.from_cuda_stub))
-            for extension in extensions]
+    return [replace(extension, missing=readable_items(extension.missing),
+                    from_cuda_stub=readable_items(extension.from_cuda_stub)) for extension in extensions]
+
+
+DEMANGLE_TIMEOUT = 20.0
+DEMANGLE_MAX_CHARS = 16384
 
 
 def demangle(names: Sequence[str]) -> dict[str, str]:
     """Mangled -> readable with c++filt when installed; otherwise names stay mangled."""
     tool = shutil.which("c++filt")
-    if not names or tool is None:
+    if not names or tool is None or any(len(name) > DEMANGLE_MAX_CHARS or "\n" in name for name in names):
         return {name: name for name in names}
-    completed = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, check=False)
+    # c++filt has had crashes and exponential blow-ups on crafted names: bounded, and then names stay mangled.
+    try:
+        completed = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True,
+                                   check=False, timeout=DEMANGLE_TIMEOUT)
+    except (subprocess.TimeoutExpired, OSError):
+        return {name: name for name in names}
     lines = completed.stdout.splitlines()
     if completed.returncode != 0 or len(lines) != len(names):
         return {name: name for name in names}
     return dict(zip(names, lines))
 
 
-def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple[str, str]:
+def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
+                  torch_version: str | None = None) -> tuple[str, str]:
     if not extensions:
         return COMPATIBLE, "compatible: no extension module here links torch"
     broken = [extension for extension in extensions if extension.verdict != COMPATIBLE]
     if not broken:
         total = sum(extension.torch_symbols for extension in extensions)
         return COMPATIBLE, (f"compatible: {len(extensions)} extension(s) resolve all {total} torch symbols "
-                            f"(torch uses the {torch_abi} ABI)" + _cuda_stub_remark(extensions))
+                            f"(torch uses the {torch_abi} ABI)" + _cuda_stub_remark(extensions)
+                            + _operators_remark(extensions, torch_version))
     abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
     if abi_broken:
         lines = []
@@ -1147,10 +1500,45 @@ def _site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str) -> tuple
             lines.append(f"{extension.path} ({extension.abi} ABI) needs {twins} symbol(s) that torch "
                          f"({torch_abi} ABI) exports only with the other ABI's mangling")
         return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
-    lines = [f"{extension.path} needs {len(extension.missing)} torch symbol(s) this torch does not export under "
-             f"either ABI" for extension in broken]
-    return VERSION_MISMATCH, ("version mismatch: " + "; ".join(lines)
-                              + " - it was built against another torch version")
+    this = f"torch {torch_version}" if torch_version else "this torch"
+    lines = [_version_line(extension, this) for extension in broken if not extension.pinned_elsewhere]
+    pinned: dict[tuple[str, str], list[str]] = {}
+    for extension in broken:
+        if extension.pinned_elsewhere:
+            pinned.setdefault((extension.distribution, extension.requires_torch), []).append(extension.path)
+    lines.extend(f"{distribution} ({_some(paths)}) requires torch=={requires}, this is {this}: its symbols resolve, "
+                 f"but it was compiled against another torch release's headers (layouts, inline code, operator "
+                 f"schemas), which symbols cannot check" for (distribution, requires), paths in pinned.items())
+    return VERSION_MISMATCH, "version mismatch: " + "; ".join(lines)
+
+
+def _version_line(extension: ExtensionCheck, this: str) -> str:
+    pinned = f" ({extension.distribution} requires torch=={extension.requires_torch})" \
+        if extension.requires_torch else ""
+    return (f"{extension.path}{pinned} needs {len(extension.missing)} torch symbol(s) {this} does not export under "
+            f"either ABI - it was built against another torch version")
+
+
+def _built_with(extension: ExtensionCheck, torch_version: str | None) -> bool:
+    """Built together with this torch release: pinned to it, or torch_xla X.Y beside torch X.Y (torch_xla pins no
+    torch in its metadata; upstream builds each torch_xla release against the torch release of the same number)."""
+    if not torch_version or not extension.distribution:
+        return False
+    if extension.requires_torch:
+        return same_release(extension.requires_torch, torch_version)
+    name, _, version = extension.distribution.partition(" ")
+    return name.lower().replace("-", "_") == "torch_xla" and version.split(".")[:2] == torch_version.split(".")[:2]
+
+
+def _operators_remark(extensions: Sequence[ExtensionCheck], torch_version: str | None) -> str:
+    """Symbols resolving does not prove operator registration works: say so for extensions not pinned to this
+    very torch release by their metadata."""
+    unchecked = [extension.path for extension in extensions
+                 if extension.registers_operators and not _built_with(extension, torch_version)]
+    if not unchecked:
+        return ""
+    return (f"; symbols resolve, runtime operator compatibility not checkable: {_some(unchecked)} register torch "
+            f"operators and pin no torch release in their metadata")
 
 
 def _cuda_stub_remark(extensions: Sequence[ExtensionCheck]) -> str:
@@ -1168,12 +1556,32 @@ def _cuda_stub_remark(extensions: Sequence[ExtensionCheck]) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
+# The image reference grammar of the distribution project (reference.go), without IPv6 hosts: a reference the
+# engine would refuse as "invalid reference format" is the user's typo, reported before asking the engine.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+RULE_IMAGE = "abi-image-reference"
+
+
+def check_image_reference(image: str) -> None:
+    if len(image) > 512 or _IMAGE_REFERENCE.fullmatch(image) is None:
+        shown = image if len(image) <= 80 else image[:80] + "..."
+        raise _usage_error(f"{shown!r} is neither an existing path nor a valid image reference", rule=RULE_IMAGE,
+                           hint="pass a wheel, a directory, a .so file or an image such as "
+                                "xla-images:r2.9.0_3.11_cpu (lowercase repository, optional :tag or @sha256:...)")
+
+
 def _extract_site_packages(image: str, scratch: Path) -> list[tuple[str, Path]]:
     """(path in the image, local copy) of each site-packages matching SITE_PACKAGES_GLOBS.
 
     Nothing runs in the image: for each glob the engine copies its fixed leading directory out of a created,
     never started container, and the wildcard is matched locally.
     """
+    check_image_reference(image)
     try:
         from xla_images import engine
     except ImportError as error:
@@ -1228,10 +1636,13 @@ def format_package(report: PackageReport) -> str:
 
 
 def format_check(report: CheckReport, limit: int = 20) -> str:
-    lines = [f"{report.path}: torch libraries use the {report.torch_abi} ABI"]
+    version = f" (torch {report.torch_version})" if report.torch_version else ""
+    lines = [f"{report.path}: torch libraries{version} use the {report.torch_abi} ABI"]
     for extension in report.extensions:
+        owner = f", {extension.distribution}" if extension.distribution else ""
+        owner += f" requires torch=={extension.requires_torch}" if extension.requires_torch else ""
         lines.append(f"  {extension.verdict:<16} {extension.path} (abi {extension.abi}, "
-                     f"{extension.torch_symbols} torch symbols)")
+                     f"{extension.torch_symbols} torch symbols{owner})")
         for item in extension.missing[:limit]:
             lines.append(f"    missing [{item.problem}] {item.demangled}")
             if item.twin_demangled:

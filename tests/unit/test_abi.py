@@ -553,3 +553,84 @@ def test_engine_failures_other_than_missing_paths_propagate(monkeypatch: pytest.
 def test_runnable_as_module_help() -> None:
     completed = run_standalone("--help")
     assert completed.returncode == 0 and "inspect" in completed.stdout and "check" in completed.stdout
+
+
+# --- what symbols cannot show: distributions pinned to another torch, and helper libraries --------------------
+
+
+def add_distribution(site: Path, name: str, version: str, files: list[str], requires: str | None) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    if requires:
+        lines.append(f"Requires-Dist: {requires}")
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    (info / "RECORD").write_text("".join(f"{path},sha256=x,1\n" for path in files) + f"{info.name}/RECORD,,\n")
+
+
+@pytest.mark.parametrize(("requires", "expected"), [
+    ("torch==2.8.0", abi.VERSION_MISMATCH),
+    ("torch (==2.8.0)", abi.VERSION_MISMATCH),  # the older metadata spelling (torchaudio 2.8)
+    ("torch==2.9.0", abi.COMPATIBLE),
+    ("torch>=2.0", abi.COMPATIBLE),
+    ('torch==2.8.0; extra == "legacy"', abi.COMPATIBLE),
+    (None, abi.COMPATIBLE),
+])
+def test_extension_pinned_to_another_torch_is_a_version_mismatch_though_its_symbols_resolve(
+        built: Path, tmp_path: Path, requires: str | None, expected: str) -> None:
+    site = make_site(tmp_path, built, torch_cxx11=True, extension_cxx11=True, plugin=True).path
+    add_distribution(site, "torch", "2.9.0+cpu", [], None)
+    add_distribution(site, "plugin", "1.0", ["plugin/_ops.so", "plugin/libbystander.so"], requires)
+    report = abi.check_site_packages(site)
+    assert report.torch_version == "2.9.0+cpu"
+    (plugin,) = [item for item in report.extensions if item.path == "plugin/_ops.so"]
+    assert plugin.verdict == expected and not plugin.missing and plugin.distribution == "plugin 1.0"
+    assert report.verdict == expected
+    if expected == abi.VERSION_MISMATCH:
+        assert plugin.requires_torch == "2.8.0" and "requires torch==2.8.0" in report.summary
+        assert "symbols resolve" in report.summary and "torch 2.9.0+cpu" in report.summary
+        assert run_standalone("check", str(site)).returncode == 1
+
+
+def test_no_torch_metadata_means_no_pin_verdict(built: Path, tmp_path: Path) -> None:
+    site = make_site(tmp_path, built, torch_cxx11=True, extension_cxx11=True, plugin=True).path
+    add_distribution(site, "plugin", "1.0", ["plugin/_ops.so"], "torch==2.8.0")
+    report = abi.check_site_packages(site)
+    assert report.torch_version is None and report.verdict == abi.COMPATIBLE
+
+
+def test_symbols_of_the_packages_own_helper_library_are_not_torch_version_mismatches(built: Path,
+                                                                                     tmp_path: Path) -> None:
+    """torchaudio 2.8's _torchaudio_sox.so needs torchaudio::sox::...(at::Tensor...) from libtorchaudio_sox.so,
+    which torchaudio preloads by path; check once called them torch symbols missing from torch."""
+    site = make_site(tmp_path, built, torch_cxx11=True, extension_cxx11=True).path
+    package = site / "audio" / "lib"
+    helper = compile_library("sibling_library.cpp", package / "libaudio_ops.so", cxx11=True,
+                             flags=("-L", str(site / "torch" / "lib"), "-ltorch",
+                                    "-Wl,-rpath,$ORIGIN/../../torch/lib", "-Wl,-soname,libaudio_ops.so"))
+    extension = compile_library("sibling_extension.cpp", package / "_audio.so", cxx11=True,
+                                flags=("-L", str(package), "-laudio_ops", "-L", str(site / "torch" / "lib"),
+                                       "-ltorch", "-Wl,-rpath,$ORIGIN/../../torch/lib"))
+    assert not abi.is_torch_entity("_ZN5audio7processERKN3c1014SourceLocationE")
+    assert abi.is_torch_entity("_ZNK3c1010TensorImpl39sym_is_non_overlapping_and_dense_customEv")
+    assert abi.is_torch_entity("_ZNR5torch7Library4_defEv") and abi.is_torch_entity("_ZTVN3c1011StorageImplE")
+    report = abi.check_site_packages(site)
+    (checked,) = [item for item in report.extensions if item.path == "audio/lib/_audio.so"]
+    assert checked.verdict == abi.COMPATIBLE and not checked.missing, checked
+    # What the package does at import, and what check assumes: the helper preloaded by path, then the module.
+    code = ("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL); "
+            "print(ctypes.CDLL(sys.argv[2], mode=os.RTLD_NOW).sibling_entry())")
+    loaded = subprocess.run([sys.executable, "-c", code, str(helper), str(extension)], capture_output=True,
+                            text=True)
+    assert loaded.returncode == 0, loaded.stderr
+
+
+def test_operator_registration_is_reported_as_not_checkable(tmp_path: Path) -> None:
+    extension = abi.ExtensionCheck("vision/_C.so", abi.CXX11, abi.COMPATIBLE, 10, registers_operators=True)
+    pinned = abi.ExtensionCheck("audio/_C.so", abi.CXX11, abi.COMPATIBLE, 10, distribution="audio 2.9.0",
+                                requires_torch="2.9.0", registers_operators=True)
+    xla = abi.ExtensionCheck("_XLAC.so", abi.CXX11, abi.COMPATIBLE, 10, distribution="torch_xla 2.9.0",
+                             registers_operators=True)
+    _, summary = abi._site_verdict([extension, pinned, xla], abi.CXX11, "2.9.0")
+    assert "runtime operator compatibility not checkable: vision/_C.so register" in summary
+    assert "audio/_C.so" not in summary and "_XLAC" not in summary

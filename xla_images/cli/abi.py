@@ -58,7 +58,10 @@ def check_command(target: str, as_json: bool) -> None:
     Resolves their undefined C++ symbols against what torch's libraries export. Verdicts:
       compatible        everything resolves (exit 0)
       abi mismatch      symbols exist only with the other ABI's mangling (exit 1)
-      version mismatch  symbols exist under neither ABI: built against another torch (exit 1)
+      version mismatch  symbols exist under neither ABI, or its metadata pins another torch release
+                        (Requires-Dist: torch==X): built against another torch (exit 1)
+    Symbols resolving does not prove that operator registrations match: the verdict says so for extensions
+    that register torch operators without pinning this torch.
     TARGET is a site-packages directory (or a venv) or, if no such path exists, an image.
     Bad paths and targets without torch exit 2.
     """
@@ -72,8 +75,9 @@ def check_command(target: str, as_json: bool) -> None:
     broken = [report for report in reports if not report.compatible]
     if broken:
         raise Failure("; ".join(report.summary for report in broken), rule="abi-compatible",
-                      hint="install a torch_xla built for this torch and its ABI (the flavour's `abi`), or "
-                           "rebuild the extension with -D_GLIBCXX_USE_CXX11_ABI matching torch._C."
+                      hint="install the torch_xla / torchvision / torchaudio release built for this torch and its "
+                           "ABI (the flavour's `abi`; the release an extension's metadata pins), or rebuild the "
+                           "extension against this torch with -D_GLIBCXX_USE_CXX11_ABI matching torch._C."
                            "_GLIBCXX_USE_CXX11_ABI")
 
 
@@ -99,11 +103,15 @@ def _print_package(console: Console, report: abi_tools.PackageReport) -> None:
 
 
 def _print_check(console: Console, report: abi_tools.CheckReport) -> None:
-    table = Table("verdict", "abi", "torch symbols", "missing", "extension",
-                  title=escape(f"{report.path} (torch: {report.torch_abi} ABI)"))
+    torch = f"torch {report.torch_version}, " if report.torch_version else "torch: "
+    table = Table("verdict", "abi", "torch symbols", "missing", "extension", "distribution (pins)",
+                  title=escape(f"{report.path} ({torch}{report.torch_abi} ABI)"))
     for extension in report.extensions:
+        owner = extension.distribution or "-"
+        if extension.requires_torch:
+            owner += f" (torch=={extension.requires_torch})"
         table.add_row(extension.verdict, extension.abi, str(extension.torch_symbols), str(len(extension.missing)),
-                      escape(extension.path))
+                      escape(extension.path), escape(owner))
     console.print(table)
     for extension in report.extensions:
         # Symbols bound to torch_xla's CUDA stub are not in torch either: shown with the missing ones, marked so.

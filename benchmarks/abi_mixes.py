@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""`abi check` verdicts against what `import` really does, on real PyPI mixes of torch, torch_xla and extensions.
+
+    python benchmarks/abi_mixes.py [--mix NAME ...] [--json]
+
+For each mix a site-packages is assembled from the torch site-packages of the python running this script (the
+host venv: torch 2.9.0 + torch_xla 2.9.0 and torch's nvidia-* CUDA libraries) with some distributions replaced
+by other releases, installed with `pip install --no-deps --target` from wheels downloaded once. Then:
+
+* prediction: `abi.check_site_packages(view)` (verdict, and the symbols it says are missing);
+* reality: a fresh python with the view first on sys.path imports the packages and calls into each extension
+  (an XLA computation, `torchvision.ops.nms`, a torchaudio C++ operator), with PJRT_DEVICE=CPU.
+
+It prints a table (mix, prediction, real outcome, agree?); tests/xla/test_abi_mixes.py runs the same mixes
+through `run_mix`. Wheels and the installed overlays are cached in $XLA_IMAGES_TEST_WHEELS (default
+~/.cache/xla-images/test-wheels); the torch wheels are ~800-900 MB each.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from xla_images import abi  # noqa: E402
+
+WHEELS = Path(os.environ.get("XLA_IMAGES_TEST_WHEELS", Path.home() / ".cache" / "xla-images" / "test-wheels"))
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux1_x86_64")  # torch 2.6.0 is tagged manylinux1
+RUN_TIMEOUT = 600
+
+# What each probe prints last when everything it called worked.
+PROBE_OK = "PROBE-OK"
+
+# Calls that go through the extension's C++ code, not just `import`: torchvision and torchaudio import even
+# when their extension fails to load (they warn, or fall back to python code), so only a call tells.
+PROBES: dict[str, str] = {
+    "torch_xla": ("import torch, torch_xla\n"
+                  "t = torch.ones(3, device=torch_xla.device()) * 2\n"
+                  "assert t.sum().item() == 6.0\n"),
+    "torchvision": ("import torch, torchvision\n"
+                    "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.], [50., 50., 60., 60.]])\n"
+                    "kept = torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5)\n"
+                    "assert kept.tolist() == [0, 2], kept\n"),
+    # torchaudio.functional.lfilter silently uses python code when the extension is missing: call the operator
+    # behind it (in torchaudio 2.8 and 2.9) and compare with that python code.
+    "torchaudio": ("import torch, torchaudio\n"
+                   "import torchaudio.lib._torchaudio  # the extension module that loads libtorchaudio\n"
+                   "from torchaudio.functional.filtering import _lfilter_core_generic_loop\n"
+                   "windows = torch.rand(1, 1, 16, dtype=torch.float64)\n"
+                   "a = torch.tensor([[0.5, 1.0]], dtype=torch.float64)\n"
+                   "out = torch.zeros(1, 1, 17, dtype=torch.float64)\n"
+                   "expected = out.clone()\n"
+                   "torch.ops.torchaudio._lfilter_core_loop(windows.clone(), a, out)\n"
+                   "_lfilter_core_generic_loop(windows.clone(), a, expected)\n"
+                   "assert torch.allclose(out, expected), (out, expected)\n"),
+}
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Distributions replacing the host's (name==version) and the packages whose probes decide the outcome."""
+
+    name: str
+    replace: tuple[str, ...]
+    probes: tuple[str, ...]
+    why: str
+    ci: bool = False  # in tests/xla's CI subset (small downloads only)
+
+
+MIXES: tuple[Mix, ...] = (
+    Mix("torch 2.9.0 + torch_xla 2.8.1", ("torch_xla==2.8.1",), ("torch_xla",),
+        "neighbour release: older torch_xla beside the host's newer torch", ci=True),
+    Mix("torch 2.8.0 + torch_xla 2.9.0", ("torch==2.8.0",), ("torch_xla",),
+        "neighbour release: newer torch_xla beside an older torch"),
+    Mix("torch 2.8.0 + torch_xla 2.8.1", ("torch==2.8.0", "torch_xla==2.8.1"), ("torch_xla",),
+        "control: a release pair"),
+    Mix("torch 2.6.0 (pre-cxx11) + torch_xla 2.7.0 (cxx11)", ("torch==2.6.0", "torch_xla==2.7.0"), ("torch_xla",),
+        "ABI mix: pre-C++11 torch, C++11 torch_xla"),
+    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchvision 0.23.0 (for torch 2.8)", ("torchvision==0.23.0",),
+        ("torch_xla", "torchvision"), "extension built for the previous torch", ci=True),
+    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchvision 0.24.0 (for torch 2.9)", ("torchvision==0.24.0",),
+        ("torch_xla", "torchvision"), "control: matching torchvision", ci=True),
+    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchaudio 2.8.0 (for torch 2.8)", ("torchaudio==2.8.0",),
+        ("torch_xla", "torchaudio"), "extension built for the previous torch", ci=True),
+    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchaudio 2.9.0 (for torch 2.9)", ("torchaudio==2.9.0",),
+        ("torch_xla", "torchaudio"), "control: matching torchaudio", ci=True),
+    Mix("torch 2.8.0 + torch_xla 2.8.1 + torchvision 0.24.0 (for torch 2.9)",
+        ("torch==2.8.0", "torch_xla==2.8.1", "torchvision==0.24.0"), ("torch_xla", "torchvision"),
+        "extension built for the next torch"),
+    Mix("torch 2.8.0 + torch_xla 2.8.1 + torchaudio 2.8.0 (for torch 2.8)",
+        ("torch==2.8.0", "torch_xla==2.8.1", "torchaudio==2.8.0"), ("torch_xla", "torchaudio"),
+        "control: matching torchaudio beside torch 2.8"),
+    Mix("torch 2.8.0 + torch_xla 2.8.1 + torchaudio 2.9.0 (for torch 2.9)",
+        ("torch==2.8.0", "torch_xla==2.8.1", "torchaudio==2.9.0"), ("torch_xla", "torchaudio"),
+        "extension built for the next torch"),
+)
+
+
+def host_site() -> Path:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"torch is not importable by {sys.executable}: run this with the host venv's python")
+    return Path(spec.origin).parent.parent
+
+
+# --- wheels and overlays ---------------------------------------------------------------------------------------
+
+
+def fetch_wheel(requirement: str) -> Path:
+    """The cp311 x86_64 wheel of name==version, downloaded (without dependencies) once into WHEELS."""
+    name, version = requirement.split("==")
+    pattern = f"{name.replace('-', '_')}-{version}-cp311-cp311-*_x86_64.whl"
+    found = sorted(WHEELS.glob(pattern))
+    if not found:
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        platforms = [argument for platform in PLATFORMS for argument in ("--platform", platform)]
+        completed = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
+             "--implementation", "cp", "--abi", "cp311", *platforms, "-d", str(WHEELS), requirement],
+            capture_output=True, text=True, timeout=1800)
+        found = sorted(WHEELS.glob(pattern))
+        if not found:
+            raise RuntimeError(f"cannot download {requirement}: {completed.stderr.strip()[-500:]}")
+    return found[0]
+
+
+def overlay(requirement: str) -> Path:
+    """`pip install --no-deps --target` of the wheel, once: WHEELS/overlays/NAME-VERSION."""
+    name, version = requirement.split("==")
+    target = WHEELS / "overlays" / f"{name}-{version}"
+    done = target / ".installed"
+    if done.exists():
+        return target
+    wheel = fetch_wheel(requirement)
+    shutil.rmtree(target, ignore_errors=True)
+    completed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                                "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=1800)
+    if completed.returncode != 0:
+        raise RuntimeError(f"cannot install {wheel.name}: {completed.stderr.strip()[-500:]}")
+    done.touch()
+    return target
+
+
+def _project(entry: str) -> str:
+    """'torch-2.8.0.dist-info' -> 'torch'; 'torch_xla' -> 'torch_xla'."""
+    return re.sub(r"-[0-9][^-]*\.dist-info$", "", entry).lower().replace("-", "_")
+
+
+def site_view(directory: Path, host: Path, overlays: list[Path]) -> Path:
+    """A site-packages of symlinks: the host's entries, except those an overlay provides (by top-level name or
+    distribution), plus the overlays' entries."""
+    directory.mkdir(parents=True)
+    replaced: set[str] = set()
+    for target in overlays:
+        replaced |= {_project(entry.name) for entry in target.iterdir() if entry.name not in ("bin", ".installed")}
+    for entry in host.iterdir():
+        if _project(entry.name) not in replaced:
+            (directory / entry.name).symlink_to(entry)
+    for target in overlays:
+        for entry in target.iterdir():
+            if entry.name not in ("bin", ".installed"):
+                (directory / entry.name).symlink_to(entry)
+    return directory
+
+
+# --- prediction and reality ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    mix: str
+    predicted: str            # abi verdict: compatible | abi mismatch | version mismatch
+    predicted_missing: list[str]
+    predicted_extensions: dict[str, str]  # extension path -> verdict (for extensions of the probed packages)
+    summary: str
+    reason: str               # why check predicts what it predicts, in a few words
+    real: str                 # "works" or the error the import / call ended with
+    real_symbol: str | None   # the undefined symbol the loader named, if any
+    agree: bool
+    seconds_check: float
+    seconds_real: float
+
+
+def probe_code(packages: tuple[str, ...]) -> str:
+    return "".join(PROBES[package] for package in packages) + f"print({PROBE_OK!r})\n"
+
+
+def run_real(view: Path, packages: tuple[str, ...]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONPATH": str(view), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-c", probe_code(packages)], capture_output=True, text=True, env=env,
+                          timeout=RUN_TIMEOUT, cwd=tempfile.gettempdir())
+
+
+def real_outcome(completed: subprocess.CompletedProcess) -> tuple[str, str | None]:
+    if completed.returncode == 0 and completed.stdout.strip().endswith(PROBE_OK):
+        return "works", None
+    match = re.search(r"undefined symbol: (\S+)", completed.stderr)
+    lines = [line.strip() for line in completed.stderr.strip().splitlines()
+             if line.strip() and "Warning" not in line]
+    last = lines[-1] if lines else ""
+    if completed.returncode < 0:  # the interpreter died: a crash, not an exception
+        name = signal.Signals(-completed.returncode).name
+        return f"fails: killed by {name}" + (f" ({last[:200]})" if last else ""), None
+    return f"fails: {last[:300] or f'exit {completed.returncode}'}", match.group(1).rstrip(",") if match else None
+
+
+def _probed(path: str, packages: tuple[str, ...]) -> bool:
+    top = path.split("/")[0]
+    return any(top.startswith(package) or (package == "torch_xla" and top.startswith("_XLAC"))
+               for package in packages)
+
+
+def run_mix(mix: Mix, scratch: Path) -> Outcome:
+    view = site_view(scratch / "site", host_site(), [overlay(requirement) for requirement in mix.replace])
+    started = time.perf_counter()
+    report = abi.check_site_packages(view)
+    seconds_check = time.perf_counter() - started
+    extensions = [item for item in report.extensions if _probed(item.path, mix.probes)]
+    started = time.perf_counter()
+    real, symbol = real_outcome(run_real(view, mix.probes))
+    seconds_real = time.perf_counter() - started
+    verdicts = {item.verdict for item in extensions}
+    predicted = (abi.ABI_MISMATCH if abi.ABI_MISMATCH in verdicts else
+                 abi.VERSION_MISMATCH if abi.VERSION_MISMATCH in verdicts else abi.COMPATIBLE)
+    missing = sorted({item.symbol for extension in extensions for item in extension.missing})
+    pins = sorted({f"{item.distribution} pins torch=={item.requires_torch}" for item in extensions
+                   if item.pinned_elsewhere})
+    reason = (f"{len(missing)} torch symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
+              if pins else "all symbols resolve")
+    agree = (predicted == abi.COMPATIBLE) == (real == "works")
+    if agree and predicted != abi.COMPATIBLE and symbol is not None:
+        agree = symbol in missing  # the loader's first failing symbol must be one check named
+    return Outcome(mix.name, predicted, missing, {item.path: item.verdict for item in extensions}, report.summary,
+                   reason, real, symbol, agree, seconds_check, seconds_real)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mix", action="append", help="run only mixes whose name contains this (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the outcomes as JSON")
+    arguments = parser.parse_args()
+    chosen = [mix for mix in MIXES if not arguments.mix or any(part in mix.name for part in arguments.mix)]
+    outcomes = []
+    for mix in chosen:
+        with tempfile.TemporaryDirectory(prefix="abi-mix-") as scratch:
+            started = time.perf_counter()
+            outcome = run_mix(mix, Path(scratch))
+            print(f"{mix.name}: {outcome.predicted} / {outcome.real[:120]} "
+                  f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+            outcomes.append(outcome)
+    if arguments.json:
+        print(json.dumps([asdict(outcome) for outcome in outcomes], indent=2))
+        return
+    print("| mix | `abi check` predicts | because | real import + call | agree |")
+    print("|---|---|---|---|---|")
+    for outcome in outcomes:
+        real = outcome.real if outcome.real_symbol is None else f"fails: undefined symbol `{outcome.real_symbol}`"
+        print(f"| {outcome.mix} | {outcome.predicted} | {outcome.reason} | {real.replace('|', '/')} | "
+              f"{'yes' if outcome.agree else '**NO**'} |")
+    print(f"\n{sum(outcome.agree for outcome in outcomes)} of {len(outcomes)} predictions agree")
+
+
+if __name__ == "__main__":
+    main()

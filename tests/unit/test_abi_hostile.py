@@ -1,0 +1,485 @@
+"""`abi inspect|check` on hostile input: corrupt ELF files, damaged wheels, zip bombs, symlink loops, unreadable
+and empty directories. Each ends in a correct verdict or a usage error (exit 2) naming the path and the rule;
+never a traceback, never a hang, bounded memory.
+
+The seed libraries are real g++ output; a hypothesis property mutates them structure-aware (header and section
+header fields of the dynamic tables set to extreme values, truncations, byte flips) under a per-example deadline.
+"""
+from __future__ import annotations
+
+import io
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from xla_images import abi
+from xla_images.cli.abi import abi as abi_group
+from xla_images.errors import ConfigError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "abi"
+REPO = Path(__file__).resolve().parents[2]
+EXTENSION = "_XLAC.cpython-311-x86_64-linux-gnu.so"
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile the seed libraries")
+
+
+def compile_library(source: str, output: Path, *flags: str) -> Path:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["g++", "-std=c++17", "-shared", "-fPIC", f"-I{FIXTURES}", str(FIXTURES / source), "-o",
+                    str(output), *flags], check=True, capture_output=True, text=True)
+    return output
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("hostile-seeds")
+    compile_library("strings.cpp", directory / "libstrings.so")
+    compile_library("fake_torch.cpp", directory / "torch" / "libtorch.so")
+    compile_library("extension.cpp", directory / "extension.so", "-L", str(directory / "torch"), "-ltorch",
+                    "-Wl,-rpath,$ORIGIN/torch/lib")
+    return directory
+
+
+def site_with(root: Path, seeds: Path, *, torch: bytes | None = None, extension: bytes | None = None) -> Path:
+    """A site-packages with torch/lib/libtorch.so and _XLAC*.so, either replaced by the given bytes."""
+    library = root / "torch" / "lib"
+    library.mkdir(parents=True)
+    default_torch = (seeds / "torch" / "libtorch.so").read_bytes()
+    (library / "libtorch.so").write_bytes(torch if torch is not None else default_torch)
+    (root / EXTENSION).write_bytes(extension if extension is not None else (seeds / "extension.so").read_bytes())
+    return root
+
+
+def cli(*arguments: str):
+    return CliRunner().invoke(abi_group, list(arguments))
+
+
+def assert_usage_error(result, *fragments: str, rule: str | None = None) -> None:
+    """exit 2 with a ConfigError whose message names every fragment (the path, the reason) and the rule."""
+    assert isinstance(result.exception, ConfigError), result.output
+    assert result.exception.exit_code == 2
+    text = result.exception.render()
+    for fragment in fragments:
+        assert fragment in text, text
+    if rule is not None:
+        assert result.exception.rule == rule, text
+
+
+def run_standalone(*arguments: str, user: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "xla_images.abi", *arguments]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+# --- the layout of a seed: where the fields worth breaking are --------------------------------------------------
+
+_SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr: name type flags addr offset size link info addralign entsize
+_SECTION_TYPES = {6: "dynamic", 11: "dynsym", 0x6ffffffe: "verneed", 0x6fffffff: "versym"}
+# Offsets inside Elf64_Ehdr of e_shoff, e_shentsize, e_shnum, e_shstrndx.
+_HEADER_FIELDS = ((0x28, 8), (0x3A, 2), (0x3C, 2), (0x3E, 2))
+# Offsets inside Elf64_Shdr of sh_offset, sh_size, sh_link, sh_info, sh_entsize.
+_SECTION_FIELDS = ((0x18, 8), (0x20, 8), (0x28, 4), (0x2C, 4), (0x38, 8))
+
+
+def field_offsets(data: bytes) -> list[tuple[int, int]]:
+    """(offset, width) of the ELF header fields and of the section header fields of the dynamic tables."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shnum, = struct.unpack_from("<H", data, 0x3C)
+    fields = list(_HEADER_FIELDS)
+    for index in range(shnum):
+        start = shoff + index * _SHDR.size
+        if _SHDR.unpack_from(data, start)[1] in _SECTION_TYPES:
+            fields.extend((start + offset, width) for offset, width in _SECTION_FIELDS)
+    return fields
+
+
+def set_field(data: bytearray, offset: int, width: int, value: int) -> None:
+    data[offset:offset + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
+
+
+# --- corrupt ELF files -----------------------------------------------------------------------------------------
+
+
+def corruptions(seed: bytes) -> dict[str, bytes]:
+    """Named hand-made corruptions of a real shared object."""
+    shoff, = struct.unpack_from("<Q", seed, 0x28)
+    cases = {
+        "magic only": seed[:4],
+        "header only": seed[:64],
+        "truncated before the section headers": seed[:shoff + 10],
+        "truncated in half": seed[:len(seed) // 2],
+        "random bytes after the magic": b"\x7fELF" + os.urandom(4096),
+        "unknown ELF class": seed[:4] + b"\x09" + seed[5:],
+        "unknown byte order": seed[:5] + b"\x07" + seed[6:],
+    }
+    for name, offset, width, value in (
+            ("section headers past the end", 0x28, 8, len(seed) * 4),
+            ("section header size 0", 0x3A, 2, 0),
+            ("section header size 1000", 0x3A, 2, 1000),
+            ("65535 sections", 0x3C, 2, 0xFFFF),
+            ("string table index out of range", 0x3E, 2, 0xFFFE)):
+        broken = bytearray(seed)
+        set_field(broken, offset, width, value)
+        cases[name] = bytes(broken)
+    # e_shnum 0 sends pyelftools to section 0's sh_size for the count: 2**64-1 sections.
+    broken = bytearray(seed)
+    set_field(broken, 0x3C, 2, 0)
+    set_field(broken, shoff + 0x20, 8, (1 << 64) - 1)
+    cases["section count from section 0: 2**64-1"] = bytes(broken)
+    # Version needs claiming 2**32-1 entries that chain to themselves (vn_next 0): pyelftools would loop forever.
+    for offset, width in field_offsets(seed):
+        start = offset - (offset - shoff) % _SHDR.size
+        if offset >= shoff and _SHDR.unpack_from(seed, start)[1] == 0x6ffffffe and offset - start == 0x2C:
+            broken = bytearray(seed)
+            set_field(broken, offset, 4, 0xFFFFFFFF)
+            verneed_offset = _SHDR.unpack_from(seed, start)[4]
+            set_field(broken, verneed_offset + 12, 4, 0)  # vn_next of the first entry
+            cases["self-referencing version needs"] = bytes(broken)
+    return cases
+
+
+CORRUPTION_NAMES = ["magic only", "header only", "truncated before the section headers", "truncated in half",
+                    "random bytes after the magic", "unknown ELF class", "unknown byte order",
+                    "section headers past the end", "section header size 0", "section header size 1000",
+                    "65535 sections", "string table index out of range", "section count from section 0: 2**64-1",
+                    "self-referencing version needs"]
+
+
+@pytest.mark.parametrize("case", CORRUPTION_NAMES)
+def test_corrupt_shared_object_is_a_usage_error_naming_it(seeds: Path, tmp_path: Path, case: str) -> None:
+    data = corruptions((seeds / "libstrings.so").read_bytes())[case]
+    broken = tmp_path / "libbroken.so"
+    broken.write_bytes(data)
+    assert_usage_error(cli("inspect", str(broken)), str(broken), rule=abi.RULE_ELF)
+    # In a directory the error names the file, not just the directory.
+    (tmp_path / "pkg").mkdir()
+    shutil.move(broken, tmp_path / "pkg" / "libbroken.so")
+    assert_usage_error(cli("inspect", str(tmp_path / "pkg")), "libbroken.so", rule=abi.RULE_ELF)
+
+
+def test_every_named_corruption_is_built(seeds: Path) -> None:
+    assert set(corruptions((seeds / "libstrings.so").read_bytes())) == set(CORRUPTION_NAMES)
+
+
+@pytest.mark.parametrize("which", ["torch", "extension"])
+def test_check_with_a_corrupt_library_is_a_usage_error(seeds: Path, tmp_path: Path, which: str) -> None:
+    seed = (seeds / "libstrings.so").read_bytes()
+    broken = corruptions(seed)["truncated in half"]
+    site = site_with(tmp_path / "site", seeds, **{which: broken})
+    name = "libtorch.so" if which == "torch" else EXTENSION
+    assert_usage_error(cli("check", str(site)), name, rule=abi.RULE_ELF)
+    completed = run_standalone("check", str(site))
+    assert completed.returncode == 2 and name in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_text_file_named_so_is_skipped_in_a_directory_and_refused_alone(seeds: Path, tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "libnotes.so").write_text("INPUT(-lfoo)\n")  # a linker script, as some distros ship
+    shutil.copy(seeds / "libstrings.so", tmp_path / "pkg" / "libstrings.so")
+    result = cli("inspect", str(tmp_path / "pkg"), "--json")
+    assert result.exit_code == 0, result.output
+    assert "libnotes.so" not in result.output and "libstrings.so" in result.output
+    assert_usage_error(cli("inspect", str(tmp_path / "pkg" / "libnotes.so")), "libnotes.so")
+
+
+def test_absurd_mangled_names_neither_raise_nor_hang() -> None:
+    digits = "_ZN" + "9" * 5000 + "SsE"  # int() refuses more than 4300 digits
+    nested = "_ZN5torch3fooE" + "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE" * 2000
+    for name in (digits, nested, "_Z" + "I" * 50000, "_Z" + "4" * 20):
+        abi.symbol_abi(name)
+        abi.abi_neutral_key(name)
+        abi.count_abi_symbols([name])
+    assert abi.demangle([digits]) == {digits: digits}  # too long for c++filt: left mangled
+
+
+# --- the property: any mutation of a real library is a verdict or CorruptElf, quickly ---------------------------
+
+
+def mutations(seed: bytes) -> st.SearchStrategy[bytes]:
+    fields = field_offsets(seed)
+    extreme = st.sampled_from([0, 1, 2, 15, 16, 17, 0xFF, 0xFFFF, 0xFFFFFFFF, len(seed), len(seed) * 2,
+                               (1 << 63) - 1, (1 << 64) - 1])
+
+    @st.composite
+    def field_values(draw: st.DrawFn) -> bytes:
+        data = bytearray(seed)
+        for _ in range(draw(st.integers(1, 4))):
+            offset, width = draw(st.sampled_from(fields))
+            set_field(data, offset, width, draw(st.one_of(extreme, st.integers(0, (1 << 64) - 1))))
+        return bytes(data)
+
+    @st.composite
+    def flips(draw: st.DrawFn) -> bytes:
+        data = bytearray(seed)
+        for _ in range(draw(st.integers(1, 32))):
+            data[draw(st.integers(4, len(data) - 1))] = draw(st.integers(0, 255))
+        return bytes(data)
+
+    truncations = st.integers(4, len(seed) - 1).map(lambda length: seed[:length])
+    garbage = st.binary(min_size=0, max_size=8192).map(lambda tail: b"\x7fELF" + tail)
+    return st.one_of(field_values(), flips(), truncations, garbage)
+
+
+@pytest.fixture(scope="module")
+def seed_bytes(seeds: Path) -> bytes:
+    return (seeds / "libstrings.so").read_bytes()
+
+
+def test_mutated_elf_files_are_read_or_refused_in_bounded_time_and_memory(seed_bytes: bytes) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow], derandomize=False)
+    @given(mutations(seed_bytes))
+    def read(data: bytes) -> None:
+        try:
+            info = abi.read_elf_dynamic(io.BytesIO(data))
+        except abi.CorruptElf as error:
+            assert str(error)  # a reason is always given
+            return
+        report = abi.classify_dynamic(info, "fuzzed.so")
+        assert report.abi in (abi.CXX11, abi.PRE_CXX11, abi.NO_STRINGS, abi.MIXED)
+
+    read()
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 300, f"peak memory grew by {grown_mb:.0f} MB while reading fuzzed libraries"
+
+
+@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_extension_in_a_site_is_a_verdict_or_a_usage_error(seeds: Path, tmp_path_factory, data) -> None:
+    seed = (seeds / "extension.so").read_bytes()
+    site = site_with(tmp_path_factory.mktemp("site"), seeds, extension=data.draw(mutations(seed)))
+    try:
+        report = abi.check_site_packages(site)
+    except ConfigError as error:
+        assert error.rule in (abi.RULE_ELF, abi.RULE_PATH, "abi-input") and EXTENSION in error.render()
+        return
+    assert report.verdict in (abi.COMPATIBLE, abi.ABI_MISMATCH, abi.VERSION_MISMATCH)
+
+
+# --- wheels ------------------------------------------------------------------------------------------------------
+
+
+def make_wheel(path: Path, members: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n")
+    return path
+
+
+WHEEL_NAME = "demo-1.0-cp311-cp311-linux_x86_64.whl"
+
+
+def test_truncated_wheel_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": (seeds / "libstrings.so").read_bytes()})
+    data = wheel.read_bytes()
+    for length in (0, 10, len(data) // 2, len(data) - 10):
+        wheel.write_bytes(data[:length])
+        assert_usage_error(cli("inspect", str(wheel)), str(wheel), "not a readable wheel", rule=abi.RULE_WHEEL)
+
+
+def test_non_zip_wheel_is_a_usage_error(tmp_path: Path) -> None:
+    for content in (b"", b"<html>404 Not Found</html>", b"PK\x03\x04" + os.urandom(2000)):
+        wheel = tmp_path / WHEEL_NAME
+        wheel.write_bytes(content)
+        assert_usage_error(cli("inspect", str(wheel)), str(wheel), rule=abi.RULE_WHEEL)
+
+
+def test_member_with_corrupt_data_names_the_member(seeds: Path, tmp_path: Path) -> None:
+    library = (seeds / "libstrings.so").read_bytes()
+    wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": library})
+    data = bytearray(wheel.read_bytes())
+    start = data.index(b"demo/_s.so") + len("demo/_s.so") + 200  # inside the deflated data of the member
+    data[start:start + 64] = os.urandom(64)
+    wheel.write_bytes(bytes(data))
+    assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", rule=abi.RULE_WHEEL)
+
+
+def test_member_with_a_corrupt_library_names_the_member(seeds: Path, tmp_path: Path) -> None:
+    broken = corruptions((seeds / "libstrings.so").read_bytes())["section headers past the end"]
+    wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": broken})
+    assert_usage_error(cli("inspect", str(wheel)), f"{wheel}!demo/_s.so", rule=abi.RULE_ELF)
+
+
+def test_zip_bomb_member_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+    # 64 MiB of zeros behind an ELF magic deflate to ~64 KiB (1000x); real shared objects compress 3-6x.
+    bomb = make_wheel(tmp_path / WHEEL_NAME, {"demo/_bomb.so": b"\x7fELF" + bytes(64 << 20)})
+    assert bomb.stat().st_size < 1 << 20
+    completed = run_standalone("inspect", str(bomb), timeout=30)
+    assert completed.returncode == 2, completed.stderr
+    assert "zip bomb" in completed.stderr and "demo/_bomb.so" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_huge_wheel_metadata_member_is_refused(tmp_path: Path) -> None:
+    wheel = tmp_path / WHEEL_NAME
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("demo-1.0.dist-info/WHEEL", "Tag: x\n" * (4 << 20))  # 28 MiB, > 16 MiB allowed
+    wheel.rename(tmp_path / "demo.whl")  # no platform in the name: the WHEEL file is read
+    assert_usage_error(cli("inspect", str(tmp_path / "demo.whl")), "WHEEL", rule=abi.RULE_WHEEL)
+
+
+def test_member_declaring_more_than_the_limit_is_refused(seeds: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The declared-size bound (4 GiB) without writing 4 GiB: the limit is lowered for the test."""
+    wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": (seeds / "libstrings.so").read_bytes()},
+                       compression=zipfile.ZIP_STORED)
+    monkeypatch.setattr(abi, "MAX_MEMBER_BYTES", 1000)
+    assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", "declares", rule=abi.RULE_WHEEL)
+
+
+def test_encrypted_member_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": (seeds / "libstrings.so").read_bytes()})
+    data = bytearray(wheel.read_bytes())
+    for signature in (b"PK\x03\x04", b"PK\x01\x02"):  # set the 'encrypted' flag in local and central headers
+        position = data.index(signature)
+        flag_offset = position + (6 if signature == b"PK\x03\x04" else 8)
+        data[flag_offset] |= 1
+    wheel.write_bytes(bytes(data))
+    assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", rule=abi.RULE_WHEEL)
+
+
+# --- paths: symlinks, empty and unreadable directories, deep trees -------------------------------------------------
+
+
+def test_symlink_loop_and_dangling_symlink_targets_are_explained(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    for command in ("inspect", "check"):
+        assert_usage_error(cli(command, str(tmp_path / "a")), "symlink loop", rule=abi.RULE_PATH)
+        assert_usage_error(cli(command, str(tmp_path / "dangling")), "dangling symlink", str(tmp_path / "gone"),
+                           rule=abi.RULE_PATH)
+
+
+def test_symlink_loops_inside_a_tree_are_walked_once(seeds: Path, tmp_path: Path) -> None:
+    site = site_with(tmp_path / "site", seeds)
+    (site / "loop.so").symlink_to(site / "loop.so")
+    (site / "up").symlink_to(site)  # a directory cycle
+    (site / "torch" / "lib" / "back").symlink_to(site / "torch")
+    (site / "nowhere.so").symlink_to(site / "missing.so")
+    inspected = abi.inspect_path(site)
+    assert sorted(item.path for item in inspected.shared_objects) == [EXTENSION, "torch/lib/libtorch.so"]
+    assert abi.check_site_packages(site).verdict == abi.COMPATIBLE
+
+
+def test_empty_directory_is_a_verdict_for_inspect_and_a_usage_error_for_check(tmp_path: Path) -> None:
+    result = cli("inspect", str(tmp_path))
+    assert result.exit_code == 0 and "no ELF shared objects" in result.output
+    assert_usage_error(cli("check", str(tmp_path)), "no torch found")
+
+
+def test_deep_tree_does_not_exhaust_the_stack(seeds: Path, tmp_path: Path) -> None:
+    levels = [str(tmp_path / "deep")]
+    for _ in range(1200):  # os.walk in python 3.11 recurses once per level: RecursionError past ~1000
+        levels.append(os.path.join(levels[-1], "d"))
+    for level in levels:
+        os.mkdir(level)  # one by one: makedirs, Path.mkdir(parents=True) and shutil.rmtree recurse too
+    library = os.path.join(levels[-1], "libstrings.so")
+    shutil.copy(seeds / "libstrings.so", library)
+    try:
+        report = abi.inspect_path(tmp_path)
+        assert len(report.shared_objects) == 1 and report.abi == abi.CXX11
+    finally:
+        os.remove(library)
+        for level in reversed(levels):
+            os.rmdir(level)
+
+
+@pytest.fixture
+def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory another user can reach (pytest's base temporary directory is private to root)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run abi as another user (root reads everything)")
+    directory = Path(os.path.realpath(os.environ.get("TMPDIR", "/tmp"))) / f"abi-hostile-{os.getpid()}"
+    directory.mkdir(mode=0o755)
+    yield directory
+    for path, _, _ in os.walk(directory):
+        os.chmod(path, 0o755)
+    shutil.rmtree(directory)
+
+
+def test_unreadable_directory_and_library_are_usage_errors(seeds: Path, shared_tmp: Path) -> None:
+    site = site_with(shared_tmp / "site", seeds)
+    for path in [shared_tmp, *site.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(site, 0o755)
+    assert run_standalone("check", str(site), user=NOBODY).returncode == 0
+    (site / "private").mkdir(mode=0o700)
+    completed = run_standalone("check", str(site), user=NOBODY)
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert "cannot read" in completed.stderr and "private" in completed.stderr
+    assert "abi-path-readable" in completed.stderr
+    os.rmdir(site / "private")
+    os.chmod(site / EXTENSION, 0o600)
+    completed = run_standalone("inspect", str(site), user=NOBODY)
+    assert completed.returncode == 2 and EXTENSION in completed.stderr and "Traceback" not in completed.stderr
+    os.chmod(site, 0o700)  # the target itself
+    completed = run_standalone("inspect", str(site), user=NOBODY)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+
+
+def test_image_that_does_not_exist_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the engine says about a missing image (rule image-exists) becomes exit 2; path-like names that do
+    not exist are never looked up as images."""
+    from xla_images import engine
+    from xla_images.errors import Failure
+
+    def no_image(image: str, container_path: str, dest: Path) -> Path:
+        raise Failure(f"image {image} is not on this engine", rule="image-exists")
+
+    monkeypatch.setattr(engine, "extract_from_image", no_image)
+    for command in ("inspect", "check"):
+        assert_usage_error(cli(command, "no-such-image:1"), "no-such-image:1")
+        assert_usage_error(cli(command, "./no-such-dir"), "does not exist", rule=abi.RULE_PATH)
+
+
+def test_sparse_library_claiming_a_huge_symbol_table_is_refused_before_reading(seeds: Path, tmp_path: Path) -> None:
+    """A 2 GiB sparse file whose .dynsym claims 1.5 GiB: refused from the header, not read into memory."""
+    seed = bytearray((seeds / "libstrings.so").read_bytes())
+    shoff, = struct.unpack_from("<Q", seed, 0x28)
+    shnum, = struct.unpack_from("<H", seed, 0x3C)
+    dynsym = next(shoff + index * _SHDR.size for index in range(shnum)
+                  if _SHDR.unpack_from(seed, shoff + index * _SHDR.size)[1] == 11)
+    set_field(seed, dynsym + 0x20, 8, 3 << 29)
+    sparse = tmp_path / "libsparse.so"
+    with open(sparse, "wb") as handle:
+        handle.write(seed)
+        handle.truncate(2 << 30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert_usage_error(cli("inspect", str(sparse)), "libsparse.so", "claims", rule=abi.RULE_ELF)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 100
+
+
+@pytest.mark.parametrize("target", ["", " ", "UPPER:Bad Ref", "a@sha256:zzz", "repo:" + "t" * 200, "x" * 600,
+                                    "name:tag:tag", "-leading-dash:1"])
+def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xla_images import engine
+
+    def must_not_be_called(*arguments: object) -> Path:
+        raise AssertionError("the engine was asked about a malformed reference")
+
+    monkeypatch.setattr(engine, "extract_from_image", must_not_be_called)
+    for command in ("inspect", "check"):
+        assert_usage_error(cli(command, "--", target), "valid image reference", rule=abi.RULE_IMAGE)
+
+
+@pytest.mark.parametrize("target", ["xla-images/base:3.11", "localhost:5000/xla/img:r2.9.0_3.11_cpu", "ubuntu",
+                                    "ghcr.io/org/img@sha256:" + "a" * 64, "a__b/c.d-e:T_1.2"])
+def test_valid_image_references_pass_the_syntax_check(target: str) -> None:
+    abi.check_image_reference(target)
