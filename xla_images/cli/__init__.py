@@ -5,12 +5,16 @@ configuration or usage, 1 for a failed build, check or push. Never a traceback.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
 import click
 
+from .. import diskio
 from ..errors import XlaImagesError
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 # (module under xla_images.cli, attribute): each is a click command or group registered on the main group.
 COMMANDS = (
@@ -74,3 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as error:
+        # A full or read-only disk under a writer that did not say where: still one clear line, no traceback.
+        if error.errno not in DISK_ERRNOS:
+            raise
+        click.echo(diskio.failure(error).render(), err=True)
+        sys.exit(1)
