@@ -6,8 +6,9 @@ for the first (saying so, with the holder's pid), then finds the image up to dat
 releases a lock when its holder exits, however it exits (Ctrl-C, SIGKILL, power cut): a stale lock file is
 harmless and is never deleted (deleting it would let two runs lock two different files of the same name).
 
-The lock directory is per machine, not per checkout, because the engine's tags are per machine too:
-$XLA_IMAGES_LOCK_DIR, else <tmp>/xla-images-locks.
+The lock directory is per machine, not per checkout or per TMPDIR, because the engine's tags are per machine
+too: $XLA_IMAGES_LOCK_DIR, else /tmp/xla-images-locks (sticky and world-writable like /tmp, so every user's
+builds see each other's locks).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import contextlib
 import fcntl
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 from .errors import Failure
 
 LOCK_DIR_ENV = "XLA_IMAGES_LOCK_DIR"
+DEFAULT_LOCK_DIR = Path("/tmp/xla-images-locks")
 POLL_SECONDS = 0.2
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -30,7 +31,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 def lock_dir(environ: dict[str, str] | None = None) -> Path:
     environ = dict(os.environ) if environ is None else environ
     configured = environ.get(LOCK_DIR_ENV)
-    return Path(configured) if configured else Path(tempfile.gettempdir()) / "xla-images-locks"
+    return Path(configured) if configured else DEFAULT_LOCK_DIR
 
 
 def lock_path(directory: Path, name: str) -> Path:
@@ -48,7 +49,10 @@ def exclusive(names: Iterable[str], *, directory: Path | None = None, timeout: f
     """
     directory = directory or lock_dir()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # someone else's directory: theirs to open up
+                directory.chmod(0o1777)
     except OSError as error:
         raise Failure(f"cannot create the lock directory {directory}: {error.strerror}", rule="build-lock",
                       hint=f"set {LOCK_DIR_ENV} to a writable directory") from None
