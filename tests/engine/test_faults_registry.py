@@ -163,8 +163,9 @@ def test_push_failing_for_good_is_a_clear_error_and_a_rerun_completes(project: P
     assert_clean(rerun, proxy)
 
 
-def test_ctrl_c_during_push_stops_cleanly_and_a_rerun_completes(project: Project, registry: RegistryProcess,
-                                                                proxy: FaultProxy) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT-group", "SIGTERM"])
+def test_interrupted_push_stops_cleanly_and_a_rerun_completes(signum: int, project: Project,
+                                                              registry: RegistryProcess, proxy: FaultProxy) -> None:
     project.published.write_text('{"schema": 1, "flavours": {}}\n', encoding="utf-8")
     before = project.published.read_bytes()
     proxy.add(Fault("slow", method="PATCH", rate=512 << 10, times=-1))  # 12 MB at 0.5 MB/s: ~20 s
@@ -181,7 +182,10 @@ def test_ctrl_c_during_push_stops_cleanly_and_a_rerun_completes(project: Project
             assert time.monotonic() < deadline, "the upload never started"
             time.sleep(0.05)
         time.sleep(1)  # mid-blob
-        os.killpg(process.pid, signal.SIGINT)
+        if signum == signal.SIGINT:
+            os.killpg(process.pid, signum)  # a terminal's Ctrl-C reaches the whole group
+        else:
+            process.send_signal(signum)  # CI cancelling the job, `kill`
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import signal
 import sys
 
 import click
@@ -63,7 +64,13 @@ def _register() -> None:
 _register()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt()
+
+
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM (CI cancelling a job, `kill`) cleans up like Ctrl-C: a push's temporary tag, a test's container.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         cli.main(args=argv, standalone_mode=False)
     except XlaImagesError as error:
