@@ -232,9 +232,9 @@ def test_ctrl_c_during_test_leaves_no_container_and_no_half_report(project, sess
     for name in ("checks.json", "checks.xml", "smoke.json", "smoke.xml"):
         assert not (reports / name).exists(), f"an interrupted run left {name}"
 
-    rerun = _run(project, "test", flavour.tag, "--checks-only")
-    # (The stand-in torch fails some in-image checks; their messages may quote the image's python.)
-    assert rerun.returncode == 0 or "error [image-tests]" in rerun.stderr, rerun.stderr
+    # Only checks that hold for the stand-in torch, to keep it short: the re-run ends whole and green.
+    rerun = _run(project, "test", flavour.tag, "--checks-only", "-k", "python_version or labels or environment")
+    assert rerun.returncode == 0, rerun.stderr
     report = json.loads((reports / "checks.json").read_text(encoding="utf-8"))
-    assert report["tag"] == flavour.tag and report["checks"]
-    assert rerun.returncode == (0 if report["summary"]["failed"] + report["summary"]["error"] == 0 else 1)
+    assert report["tag"] == flavour.tag and report["summary"]["passed"] == 3, report
+    assert (reports / "checks.xml").read_text(encoding="utf-8").rstrip().endswith("</testsuites>")
