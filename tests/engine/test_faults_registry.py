@@ -24,7 +24,7 @@ import requests
 from faultproxy import Fault, FaultProxy
 from test_publish_registry import (ACCEPT, PASSWORD, REPO, Project, RegistryProcess, build_image, free_port,
                                    make_project, registry_named_images)
-from xla_images import build, engine, publish
+from xla_images import build, engine
 
 REPOSITORY = "xla-images"
 PORTS = range(5020, 5030)  # this suite's share of loopback ports; anything free if they are taken
