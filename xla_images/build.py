@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import base as bases
-from . import engine, wheels
+from . import diskio, engine, locks, wheels
 from .errors import Failure
 from .flavour import LABEL_PREFIX, Flavour
 from .plan import Plan
@@ -194,7 +194,9 @@ def build_flavours(plan: Plan, flavours: list[Flavour], options: BuildOptions,
     """
     if options.ca_bundle is not None:
         plan = with_ca_bundle(plan, options.ca_bundle)
-    return _Run(plan, options, reporter).execute(flavours)
+    # One run per flavour at a time: a second waits, then finds the first's image up to date (locks.py).
+    with locks.exclusive([flavour.tag for flavour in flavours], waiting=reporter.notice):
+        return _Run(plan, options, reporter).execute(flavours)
 
 
 def with_ca_bundle(plan: Plan, ca_bundle: Path) -> Plan:
@@ -263,6 +265,9 @@ class _Run:
                 return
             try:
                 result = self._build_one(flavour)
+            except Failure as error:  # build.log could not be written (a full disk): a failed flavour
+                result = self.results[flavour.tag]
+                result.outcome, result.message = Outcome.FAILED, error.message
             except Exception as error:  # a bug, not a build failure: record it, keep the run consistent
                 result = self.results[flavour.tag]
                 result.outcome, result.message = Outcome.FAILED, f"internal error: {type(error).__name__}: {error}"
@@ -277,11 +282,9 @@ class _Run:
         result = self.results[flavour.tag]
         started = time.monotonic()
         log_path = self._log_path(flavour)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("w", encoding="utf-8") as log:
+        with diskio.LogFile(log_path, "the build log") as log:  # a full disk: a Failure naming the log
             def say(text: str) -> None:
                 log.write(text + "\n")
-                log.flush()
                 self.reporter.line(flavour, text)
 
             try:
@@ -305,7 +308,11 @@ class _Run:
         say(f"flavour {flavour.tag} id {flavour.id}")
         say(f"base image: {base}")
         with tempfile.TemporaryDirectory(prefix=f"xla-images-context-{flavour.tag}-") as scratch:
-            for note in write_context(self.plan, flavour, Path(scratch), self.options.wheelhouse):
+            try:
+                notes = write_context(self.plan, flavour, Path(scratch), self.options.wheelhouse)
+            except OSError as error:  # a full TMPDIR: the partial context goes with the temp dir
+                raise diskio.failure(error, scratch, "the build context") from None
+            for note in notes:
                 say(note)
             self._build_base_stage(flavour, base, Path(scratch) / "Dockerfile", say)
             build = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id})

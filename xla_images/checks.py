@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
+from . import diskio
 from .flavour import Flavour
 
 TEST_MODULE = Path(__file__).with_name("image_checks") / "test_image.py"
@@ -291,25 +292,31 @@ def run(target: CheckTarget, report_dir: Path, *, keyword: str | None = None, qu
 
     report_dir.mkdir(parents=True, exist_ok=True)
     xml_path, json_path = report_dir / CHECKS_XML, report_dir / CHECKS_JSON
+    for stale in (xml_path, json_path):
+        stale.unlink(missing_ok=True)  # an earlier run's report must never pass for this one
     recorder = _Recorder()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="xla-images-checks-") as scratch:
+        # pytest writes its JUnit file even when interrupted: it goes in place only once the run is whole.
+        scratch_xml = Path(scratch) / CHECKS_XML
         # Our own ini: the checks must not pick up the options or conftest of whatever project runs them.
         ini = Path(scratch) / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         args = [str(TEST_MODULE), "-c", str(ini), "--rootdir", str(TEST_MODULE.parent),
                 "--confcutdir", str(TEST_MODULE.parent), "-p", "no:cacheprovider", "-p", "no:randomly",
-                f"--junitxml={xml_path}", "-o", f"junit_suite_name=image-checks-{target.flavour.tag}",
+                f"--junitxml={scratch_xml}", "-o", f"junit_suite_name=image-checks-{target.flavour.tag}",
                 "-o", "junit_family=xunit2", "--tb=short", "-rfEs"]
         if quiet:
             args.append("-q")
         if keyword:
             args += ["-k", keyword]
         exit_code = int(pytest.main(args, plugins=[_target_plugin(target), recorder]))
-    if exit_code == pytest.ExitCode.INTERRUPTED:
-        # pytest swallowed Ctrl-C after its teardown (the container is gone); the caller must stop too.
-        raise KeyboardInterrupt
+        if exit_code == pytest.ExitCode.INTERRUPTED:
+            # pytest swallowed Ctrl-C after its teardown (the container is gone); the caller must stop too.
+            raise KeyboardInterrupt
+        if scratch_xml.is_file():
+            diskio.write_text_atomic(xml_path, scratch_xml.read_text(encoding="utf-8"), "the checks report")
     result = ChecksResult(target.flavour.tag, target.image, tuple(recorder.outcomes.values()),
                           time.monotonic() - started, exit_code, xml_path, json_path)
-    json_path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    diskio.write_text_atomic(json_path, json.dumps(result.to_json(), indent=2) + "\n", "the checks report")
     return result

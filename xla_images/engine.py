@@ -112,6 +112,11 @@ def remove_container(container_id: str) -> None:
         client().api.remove_container(container_id, v=True, force=True)
     except docker.errors.NotFound:
         pass
+    except docker.errors.APIError as error:
+        # 409 "removal already in progress": the engine is removing it already (an aborted build's step
+        # container, under load); gone is what we want.
+        if getattr(error, "status_code", None) != 409:
+            raise
 
 
 def _create_stopped(image: str):
@@ -352,6 +357,13 @@ def _remove_step_containers(traces: list[BuildTrace], settle_seconds: float) -> 
     for item in leftovers:
         remove_container(item["Id"])
         removed.append(f"container {item['Id'][:12]}")
+    # A removal the engine had already begun (409) ends a moment later; until then the container's image
+    # cannot be removed, and would be left dangling.
+    ids = {item["Id"] for item in leftovers}
+    while ids and time.monotonic() < deadline + settle_seconds:
+        ids &= {item["Id"] for item in api().containers(all=True)}
+        if ids:
+            time.sleep(0.2)
     return removed
 
 

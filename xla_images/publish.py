@@ -20,7 +20,6 @@ import ipaddress
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -28,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping
 import requests
 import tenacity
 
-from . import engine, nightly
+from . import diskio, engine, nightly
 from .build import FLAVOUR_ID_LABEL, local_ref
 from .errors import ConfigError, Failure, Location, XlaImagesError
 from .flavour import Flavour
@@ -48,6 +47,12 @@ MANIFEST_MEDIA_TYPES = (
 _REPOSITORY_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _HOST = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::\d+)?$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Answers a registry gives while it is overloaded or restarting (a 500 is often a storage hiccup): retried.
+RETRIED_STATUSES = (429, 500, 502, 503, 504)
+# dockerd retries a failed layer upload itself (5 times, ~50 s), but not the manifest PUT that ends a push:
+# such an answer there is worth one more push (layers already up are skipped). Connection errors are not
+# retried here: they come out of dockerd's own layer retries, which already took their time.
+_TRANSIENT_PUSH = re.compile(r"unexpected HTTP status: (?:%s)\b" % "|".join(map(str, RETRIED_STATUSES)))
 
 
 # --- where -----------------------------------------------------------------------------------------------
@@ -341,7 +346,7 @@ class RegistryClient:
         except requests.RequestException as error:
             raise Failure(f"registry {self.registry.host}: {type(error).__name__}", rule="registry-request",
                           hint=REGISTRY_START_HINT) from None
-        if response.status_code in (502, 503, 504):
+        if response.status_code in RETRIED_STATUSES:
             raise RegistryDown(f"HTTP {response.status_code}")
         return response
 
@@ -433,11 +438,11 @@ def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
         client.check_reachable()
         auth = credentials.auth_config(registry.host) if credentials else None
         progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)}")
-        digest = _push_tag(image, registry, flavour.tag, auth, progress)
+        digest = _push_tag(image, registry, flavour.tag, auth, progress, client.retry)
         _verify(client, registry, flavour.tag, digest)
         progress(f"{flavour.tag}: verified {registry.digest_ref(digest)}")
         for alias in flavour.aliases:
-            alias_digest = _push_tag(image, registry, alias, auth, progress)
+            alias_digest = _push_tag(image, registry, alias, auth, progress, client.retry)
             if alias_digest != digest:
                 raise Failure(f"alias {alias} was pushed as {alias_digest}, not {digest} like {flavour.tag}",
                               rule="push-verified", hint="the local image changed during the push; push again")
@@ -458,13 +463,38 @@ def _built_labels(flavour: Flavour, image: str) -> dict[str, str]:
     return labels
 
 
-def _push_tag(image: str, registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress) -> str:
+def _push_tag(image: str, registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress,
+              retry: RetryPolicy | None = None) -> str:
     """Tag locally under the registry's name only for the push; the local tag goes whatever happens."""
     engine.tag_image(image, registry.name, tag)
     try:
-        return engine.push_image(registry.name, tag, auth, progress)
+        return _push_retrying(registry, tag, auth, progress, retry or RetryPolicy())
     finally:
         engine.remove_tag(registry.ref(tag))
+
+
+def _push_retrying(registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress,
+                   retry: RetryPolicy) -> str:
+    """engine.push_image, pushed again while the registry answers the push with a transient HTTP status."""
+    def transient(error: BaseException) -> bool:
+        return isinstance(error, Failure) and error.rule == "push" and bool(_TRANSIENT_PUSH.search(error.message))
+
+    def say_retry(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        progress(f"  {error.message if isinstance(error, Failure) else error}; pushing {tag} again in "
+                 f"{state.upcoming_sleep:.1f} s (attempt {state.attempt_number + 1} of {retry.attempts})")
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(retry.attempts),
+        wait=tenacity.wait_exponential(multiplier=retry.first_wait, max=retry.max_wait),
+        retry=tenacity.retry_if_exception(transient), before_sleep=say_retry, reraise=True)
+    try:
+        return retrying(engine.push_image, registry.name, tag, auth, progress)
+    except Failure as error:
+        if transient(error):
+            error.message += f" ({retry.attempts} attempts)"
+            error.args = (error.message,)
+        raise
 
 
 def _verify(client: RegistryClient, registry: Registry, tag: str, digest: str) -> None:
@@ -505,16 +535,7 @@ def record_published(path: Path, entries: list[Published]) -> None:
         merged[entry.tag] = entry
     document = {"schema": PUBLISHED_SCHEMA,
                 "flavours": {tag: merged[tag].to_json() for tag in sorted(merged)}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".published-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(document, stream, indent=2, sort_keys=False)
-            stream.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    diskio.write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False) + "\n", "published.json")
 
 
 def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, *,

@@ -5,13 +5,18 @@ configuration or usage, 1 for a failed build, check or push. Never a traceback.
 """
 from __future__ import annotations
 
+import errno
 import importlib
+import signal
 import sys
 
 import click
 
+from .. import diskio
 from ..errors import XlaImagesError
 from ..extras import missing_dependency_message
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 # (module under xla_images.cli, attribute): each is a click command or group registered on the main group.
 COMMANDS = (
@@ -65,7 +70,13 @@ def _register() -> None:
 _register()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt()
+
+
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM (CI cancelling a job, `kill`) cleans up like Ctrl-C: a push's temporary tag, a test's container.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         cli.main(args=argv, standalone_mode=False)
     except XlaImagesError as error:
@@ -87,3 +98,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(message, err=True)
         sys.exit(2)
+    except OSError as error:
+        # A full or read-only disk under a writer that did not say where: still one clear line, no traceback.
+        if error.errno not in DISK_ERRNOS:
+            raise
+        click.echo(diskio.failure(error).render(), err=True)
+        sys.exit(1)

@@ -1,0 +1,240 @@
+"""Faults around `build` and `test` with real processes: two builds of one flavour at once, a full disk where
+reports and build contexts are written (a 2 MB tmpfs), and Ctrl-C during `build.py test`.
+
+The projects are conftest.py's throw-away ones (tiny local torch/torch_xla wheels on the session's test base),
+so a build takes seconds; their releases (8.9x) are versions no real matrix and no other test module has.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from xla_images import build, engine, locks, publish
+
+REPO = Path(__file__).resolve().parents[2]
+SESSION_LABEL = "io.xla-images.test-session"  # conftest.py's: every container of a test image carries it
+TMPFS_BYTES = 2 << 20
+VERSION = "8.91.0"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "CI": "true", "PYTHONPATH": str(REPO), **extra}
+
+
+def dangling_since(session_id: str) -> Callable[[], list[str]]:
+    """Untagged childless images of this session that appear from now on (what a build must not leave)."""
+    def now() -> set[str]:
+        return {item["Id"] for item in engine.api().images(
+            filters={"dangling": True, "label": f"{SESSION_LABEL}={session_id}"})}
+
+    before = now()
+    return lambda: sorted(now() - before)
+
+
+def session_containers(session_id: str) -> list[dict]:
+    return engine.api().containers(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _run(project, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(project.cli_command(*args), cwd=project.root, env=env or _env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _popen(project, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    # A session of its own: a signal can go to the whole process group, as a terminal's Ctrl-C does.
+    return subprocess.Popen(project.cli_command(*args), cwd=project.root, env=env or _env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _finish(process: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+@pytest.fixture(scope="module")
+def project(make_project):
+    """One flavour built once for the module; its torch wheel (3 MB) is too big for the small tmpfs."""
+    made = make_project(VERSION, payload=os.urandom(3 << 20))
+    result = _run(made, "build", made.flavour(VERSION).tag)
+    assert result.returncode == 0, result.stderr
+    return made
+
+
+def _untag(project) -> None:
+    """Drop the flavour's names (the image goes, its cached steps stay): the next build is a cached one."""
+    flavour = project.flavour(VERSION)
+    for name in flavour.tags:
+        engine.remove_tag(build.local_ref(flavour, name))
+    assert project.image_id(VERSION) is None
+
+
+# --- two builds of one flavour at once ---------------------------------------------------------------------
+
+def test_two_builds_of_one_flavour_one_waits_and_both_end_with_the_right_image(
+        project, session_id, no_leaked_containers, tmp_path: Path) -> None:
+    flavour = project.flavour(VERSION)
+    _untag(project)
+    dangling_images = dangling_since(session_id)
+    (project.root / "reports" / flavour.tag / "build.log").unlink()
+    env = _env(**{locks.LOCK_DIR_ENV: str(tmp_path / "locks")})
+
+    first = _popen(project, "build", flavour.tag, env=env)
+    deadline = time.monotonic() + 60
+    log = project.root / "reports" / flavour.tag / "build.log"
+    while not log.is_file():  # the first holds the lock once it writes its log
+        assert first.poll() is None and time.monotonic() < deadline, _finish(first)
+        time.sleep(0.05)
+    second = _popen(project, "build", flavour.tag, env=env)
+    first_out, first_err = _finish(first)
+    second_out, second_err = _finish(second)
+
+    assert first.returncode == 0, first_err
+    assert second.returncode == 0, second_err
+    assert f"{flavour.tag}: another build of it is running (pid {first.pid}); waiting" in second_err, second_err
+    assert "up to date" in second_err  # it found the first's image instead of building it again
+    labels = engine.image_labels(build.local_ref(flavour))
+    assert labels is not None and labels[build.FLAVOUR_ID_LABEL] == flavour.id
+    for alias in flavour.aliases:
+        assert engine.image_inspect(build.local_ref(flavour, alias))["Id"] == project.image_id(VERSION)
+    text = log.read_text(encoding="utf-8")
+    assert text.count(f"flavour {flavour.tag} id") == 1 and "Successfully built" in text  # one writer only
+    assert not dangling_images()
+
+
+# --- a full disk -------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs (needs root, as CI has); unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount)],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        if in_ci():
+            pytest.fail(f"CI needs a tmpfs for the full-disk tests: {done.stderr}")
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=30)
+
+
+def _fill(directory: Path, leave: int = 0) -> None:
+    """Fill the file system of `directory` up to `leave` free bytes."""
+    filler = directory / "filler"
+    free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
+    with filler.open("wb") as stream, contextlib.suppress(OSError):
+        stream.write(b"\0" * max(0, free - leave))
+
+
+def _no_leftovers(session_id: str, dangling_images, tmpdir: Path) -> None:
+    assert not session_containers(session_id)
+    assert not dangling_images()
+    assert not list(tmpdir.glob("xla-images-context-*")), list(tmpdir.iterdir())
+    assert not list(tmpdir.glob("xla-images-base-stage-*")), list(tmpdir.iterdir())
+
+
+def test_full_tmpdir_while_writing_the_build_context(project, session_id, full_disk: Path) -> None:
+    # The 3 MB torch wheel cannot be hard-linked across file systems, and does not fit when copied.
+    flavour = project.flavour(VERSION)
+    _untag(project)
+    dangling_images = dangling_since(session_id)
+    tmpdir = full_disk / "tmp"
+    tmpdir.mkdir()
+
+    result = _run(project, "build", flavour.tag, env=_env(TMPDIR=str(tmpdir)))
+
+    assert result.returncode == 1, result.stderr
+    assert "cannot write the build context" in result.stderr and str(tmpdir) in result.stderr, result.stderr
+    assert "No space left on device" in result.stderr and "Traceback" not in result.stderr
+    assert project.image_id(VERSION) is None
+    _no_leftovers(session_id, dangling_images, tmpdir)  # the partial context went with its temp dir
+
+    retry = _run(project, "build", flavour.tag)  # the same build with room to write: it completes
+    assert retry.returncode == 0, retry.stderr
+    assert engine.image_labels(build.local_ref(flavour))[build.FLAVOUR_ID_LABEL] == flavour.id
+
+
+def test_full_reports_disk_stops_the_build_naming_the_log(project, session_id, full_disk: Path,
+                                                          tmp_path: Path) -> None:
+    flavour = project.flavour(VERSION)
+    dangling_images = dangling_since(session_id)
+    good = project.image_id(VERSION)
+    reports = full_disk / "reports"
+    _fill(full_disk, leave=0)
+
+    result = _run(project, "build", "--force", flavour.tag, "--reports", str(reports))
+
+    log = reports / flavour.tag / "build.log"
+    assert result.returncode == 1, result.stderr
+    assert f"cannot write the build log {log}: No space left on device" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert project.image_id(VERSION) == good  # stopped before anything was tagged: the good image stays
+    _no_leftovers(session_id, dangling_images, tmp_path)
+
+
+def test_full_disk_under_published_json_keeps_the_old_file(project, full_disk: Path) -> None:
+    published = full_disk / "published.json"
+    old = {"schema": 1, "flavours": {}}
+    published.write_text(json.dumps(old) + "\n", encoding="utf-8")
+    _fill(full_disk, leave=0)
+    # The writer itself, as push calls it once a flavour is verified (the push is tested elsewhere).
+    flavour = project.flavour(VERSION)
+    entry = publish.Published(flavour.tag, flavour.tags, "127.0.0.1:5020/x", "sha256:" + "a" * 64, {},
+                              flavour.to_json(), "now")
+    with pytest.raises(Exception) as raised:
+        publish.record_published(published, [entry])
+    assert getattr(raised.value, "rule", None) == "disk-write"
+    assert "No space left on device" in str(raised.value) and str(published) in str(raised.value)
+    assert json.loads(published.read_text(encoding="utf-8")) == old
+    assert sorted(path.name for path in full_disk.iterdir()) == ["filler", "published.json"]
+
+
+# --- Ctrl-C during `test` ----------------------------------------------------------------------------------
+
+def test_ctrl_c_during_test_leaves_no_container_and_no_half_report(project, session_id,
+                                                                   no_leaked_containers) -> None:
+    flavour = project.flavour(VERSION)
+    if project.image_id(VERSION) is None:  # an earlier test of the module failed half-way
+        assert _run(project, "build", flavour.tag).returncode == 0
+    reports = project.root / "reports" / flavour.tag
+
+    process = _popen(project, "test", flavour.tag)
+    deadline = time.monotonic() + 120
+    while not session_containers(session_id):  # the image checks' container is up
+        assert process.poll() is None and time.monotonic() < deadline, _finish(process)
+        time.sleep(0.05)
+    time.sleep(1)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = _finish(process, timeout=120)
+
+    assert process.returncode == 130, err
+    assert err.rstrip().splitlines()[-1] in ("aborted", "interrupted"), err
+    assert "Traceback" not in err
+    no_leaked_containers()
+    for name in ("checks.json", "checks.xml", "smoke.json", "smoke.xml"):
+        assert not (reports / name).exists(), f"an interrupted run left {name}"
+
+    # Only checks that hold for the stand-in torch, to keep it short: the re-run ends whole and green.
+    rerun = _run(project, "test", flavour.tag, "--checks-only", "-k", "python_version or labels or environment")
+    assert rerun.returncode == 0, rerun.stderr
+    report = json.loads((reports / "checks.json").read_text(encoding="utf-8"))
+    assert report["tag"] == flavour.tag and report["summary"]["passed"] == 3, report
+    assert (reports / "checks.xml").read_text(encoding="utf-8").rstrip().endswith("</testsuites>")

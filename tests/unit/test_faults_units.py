@@ -1,0 +1,167 @@
+"""Error paths behind the fault tests (tests/engine/test_faults_*.py), without an engine: the push retry on a
+transient registry answer, the per-flavour build lock across real processes, atomic writes on a failing disk.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xla_images import diskio, engine, locks, publish
+from xla_images.errors import Failure
+from xla_images.publish import Registry, RetryPolicy
+
+NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
+DIGEST = "sha256:" + "a" * 64
+REGISTRY = Registry.parse("127.0.0.1:5999/xla-images")
+
+
+# --- push retried on a transient answer --------------------------------------------------------------------
+
+class FlakyPush:
+    """engine.push_image failing with `errors` one after another, then answering DIGEST."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+        self.tags: list[str] = []
+
+    def push_image(self, repository: str, tag: str, auth: object, on_line: object = None) -> str:
+        self.calls += 1
+        if self.errors:
+            raise Failure(f"push of {repository}:{tag} failed: {self.errors.pop(0)}", rule="push")
+        return DIGEST
+
+    def tag_image(self, image: str, repository: str, tag: str) -> None:
+        self.tags.append(f"{repository}:{tag}")
+
+    def remove_tag(self, ref: str) -> None:
+        self.tags.remove(ref)
+
+
+@pytest.fixture
+def flaky(monkeypatch: pytest.MonkeyPatch):
+    def make(errors: list[str]) -> FlakyPush:
+        fake = FlakyPush(errors)
+        for name in ("push_image", "tag_image", "remove_tag"):
+            monkeypatch.setattr(engine, name, getattr(fake, name))
+        return fake
+    return make
+
+
+def test_a_5xx_on_the_manifest_put_is_pushed_again(flaky) -> None:
+    fake = flaky(["received unexpected HTTP status: 503 Service Unavailable",
+                  "received unexpected HTTP status: 500 Internal Server Error"])
+    said: list[str] = []
+    assert publish._push_tag("img", REGISTRY, "t", None, said.append, NO_WAIT) == DIGEST
+    assert fake.calls == 3 and fake.tags == []
+    assert [line for line in said if "pushing t again" in line][0].endswith("(attempt 2 of 3)")
+
+
+def test_a_registry_that_keeps_answering_503_fails_naming_the_attempts(flaky) -> None:
+    fake = flaky(["received unexpected HTTP status: 503 Service Unavailable"] * 5)
+    with pytest.raises(Failure) as caught:
+        publish._push_tag("img", REGISTRY, "t", None, lambda line: None, NO_WAIT)
+    assert fake.calls == 3 and fake.tags == []
+    assert caught.value.message.endswith("503 Service Unavailable (3 attempts)")
+
+
+@pytest.mark.parametrize("error", ["denied: requested access to the resource is denied",
+                                   "write tcp 127.0.0.1:1->127.0.0.1:2: use of closed network connection",
+                                   "received unexpected HTTP status: 404 Not Found"])
+def test_other_push_errors_are_not_pushed_again(flaky, error: str) -> None:
+    # Connection errors come out of dockerd's own five layer retries: a second round would double the wait.
+    fake = flaky([error])
+    with pytest.raises(Failure, match="push of"):
+        publish._push_tag("img", REGISTRY, "t", None, lambda line: None, NO_WAIT)
+    assert fake.calls == 1 and fake.tags == []
+
+
+# --- the build lock ----------------------------------------------------------------------------------------
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from xla_images import locks
+with locks.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[3]))
+"""
+
+
+def _holder(tmp_path: Path, name: str, seconds: float) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    process = subprocess.Popen([sys.executable, "-c", HOLD, name, str(tmp_path), str(seconds)], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_second_holder_waits_then_gets_the_lock(tmp_path: Path) -> None:
+    holder = _holder(tmp_path, "r9.9.9_3.11_cpu", 1.0)
+    told: list[str] = []
+    started = time.monotonic()
+    with locks.exclusive(["r9.9.9_3.11_cpu"], directory=tmp_path, waiting=told.append):
+        waited = time.monotonic() - started
+    holder.wait(timeout=30)
+    assert waited > 0.3, "it did not wait for the holder"
+    assert told == [f"r9.9.9_3.11_cpu: another build of it is running (pid {holder.pid}); waiting for it to finish"]
+
+
+def test_a_lock_held_too_long_is_a_failure_naming_the_holder(tmp_path: Path) -> None:
+    holder = _holder(tmp_path, "t", 30)
+    try:
+        with pytest.raises(Failure) as caught:
+            with locks.exclusive(["t"], directory=tmp_path, timeout=0.3):
+                pass
+        assert caught.value.rule == "build-lock" and f"pid {holder.pid}" in caught.value.message
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    with locks.exclusive(["t"], directory=tmp_path, timeout=5):  # the kernel released it with the process
+        pass
+
+
+def test_other_names_do_not_wait_and_odd_names_stay_in_the_directory(tmp_path: Path) -> None:
+    holder = _holder(tmp_path, "a", 30)
+    try:
+        with locks.exclusive(["b", "../../etc/x"], directory=tmp_path, timeout=0.5):
+            pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".._.._etc_x.lock", "a.lock", "b.lock"]
+
+
+# --- atomic writes on a failing disk ----------------------------------------------------------------------
+
+def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temp(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "published.json"
+    target.write_text("old\n")
+
+    def full(descriptor: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(Failure) as caught:
+        diskio.write_text_atomic(target, "new\n", "published.json")
+    assert caught.value.rule == "disk-write"
+    assert caught.value.message == f"cannot write published.json {target}: No space left on device"
+    assert target.read_text() == "old\n" and [path.name for path in tmp_path.iterdir()] == ["published.json"]
+
+
+def test_log_file_fails_once_naming_itself_then_drops_lines(tmp_path: Path) -> None:
+    blocker = tmp_path / "reports"
+    blocker.write_text("a file where the directory should be")
+    log = diskio.LogFile(blocker / "t" / "build.log", "the build log")
+    with pytest.raises(Failure, match=f"cannot write the build log {blocker}/t/build.log"):
+        log.write("first\n")
+    log.write("second\n")  # dropped, no second error
+    log.close()
+    assert log.failed
