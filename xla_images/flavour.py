@@ -13,6 +13,9 @@ from typing import Any
 LABEL_PREFIX = "io.xla-images"
 ENV_PREFIX = "XLA_IMAGES"
 PROJECT_URL = "https://github.com/xla-images/xla-images"
+# The one wheel-build script (static, committed once) and the folder of its rendered parameter files.
+WHEEL_BUILDS_DIR = "wheel-builds"
+WHEEL_BUILD_SCRIPT = f"{WHEEL_BUILDS_DIR}/build-wheels.sh"
 
 
 class Abi(str, enum.Enum):
@@ -158,6 +161,41 @@ def nightly_specifier(base: str) -> str:
 
 
 @dataclass(frozen=True)
+class WheelBuild:
+    """One from-source build of torch + torch_xla: what differs between wheel builds, nothing more.
+
+    Flavours that differ only by accelerator build the same wheels, so they share one WheelBuild.
+    """
+
+    torch_xla: str
+    torch: str
+    python: str
+    abi: Abi
+    release_default_abi: Abi
+    pytorch_git_rev: str
+    xla_git_rev: str
+
+    @property
+    def name(self) -> str:
+        """`r2.6.0_3.11_cxx11`: the release, the python and, always, the ABI (there is no accelerator here)."""
+        return f"r{self.torch_xla}_{self.python}_{self.abi.tag_word}"
+
+    @property
+    def local_version(self) -> str:
+        """Upstream's wheel naming for builds in the release's non-default ABI: `+cxx11` / `+precxx11`."""
+        return "" if self.abi is self.release_default_abi else f"+{self.abi.tag_word}"
+
+    @property
+    def params_path(self) -> str:
+        """The rendered parameter file, relative to the repository root."""
+        return f"{WHEEL_BUILDS_DIR}/{self.name}.env"
+
+    @property
+    def command(self) -> str:
+        return f"{WHEEL_BUILD_SCRIPT} {self.name}"
+
+
+@dataclass(frozen=True)
 class Flavour:
     """One image. Immutable; every derived fact is a field or a property computed from fields."""
 
@@ -223,9 +261,14 @@ class Flavour:
         return minor(self.torch_xla)
 
     @property
+    def wheel_build(self) -> WheelBuild:
+        """The from-source wheel build this flavour's wheels come from (the same for its cpu and tpu siblings)."""
+        return WheelBuild(self.torch_xla, self.torch, self.python, self.abi, self.release_default_abi,
+                          self.pytorch_git_rev, self.xla_git_rev)
+
+    @property
     def wheel_local_version(self) -> str:
-        """Upstream's wheel naming for builds in the release's non-default ABI: `+cxx11` / `+precxx11`."""
-        return "" if self.is_default_abi else f"+{self.abi.tag_word}"
+        return self.wheel_build.local_version
 
     @property
     def requirements(self) -> tuple[str, ...]:

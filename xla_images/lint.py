@@ -1,4 +1,5 @@
-"""Lint what `render` writes: hadolint for Dockerfiles, shellcheck for build-wheels.sh. Clean means no finding at all.
+"""Lint what `render` writes and the wheel-build files: hadolint for Dockerfiles, shellcheck for shell scripts and
+the wheel-build parameter files (*.env). Clean means no finding at all.
 
 Both linters read files, so the rendered text is written to a scratch directory under its repository path and
 findings are reported with that path (`Dockerfiles/<tag>/Dockerfile:12`). Linting the render rather than the
@@ -21,6 +22,8 @@ from .errors import Failure
 
 SHELLCHECK_DEFAULT = Path("/usr/bin/shellcheck")
 SHELLCHECK_PROCESSES = max(1, os.cpu_count() or 1)
+# Shell files: scripts, and the wheel-build parameter files build-wheels.sh sources (they name their shell).
+SHELL_SUFFIXES = (".sh", ".env")
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,9 @@ def find_shellcheck() -> Path:
 
 def lint_files(files: dict[str, str], *, runner: Callable[..., subprocess.CompletedProcess] = subprocess.run
                ) -> list[LintFinding]:
-    """Lint {repository-relative path: text}: Dockerfiles with hadolint, *.sh with shellcheck."""
+    """Lint {repository-relative path: text}: Dockerfiles with hadolint, *.sh and *.env with shellcheck."""
     dockerfiles = sorted(path for path in files if Path(path).name == "Dockerfile")
-    scripts = sorted(path for path in files if path.endswith(".sh"))
+    scripts = sorted(path for path in files if path.endswith(SHELL_SUFFIXES))
     findings: list[LintFinding] = []
     with tempfile.TemporaryDirectory(prefix="xla-images-lint-") as scratch:
         root = Path(scratch)

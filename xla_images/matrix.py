@@ -26,7 +26,8 @@ from packaging.version import Version
 
 from . import yamlsrc
 from .errors import ConfigError, ErrorList, Location, XlaImagesError
-from .flavour import Abi, Accelerator, Channel, Flavour, abi_suffix, default_base_image, make_tag_prefix, minor
+from .flavour import (WHEEL_BUILD_SCRIPT, Abi, Accelerator, Channel, Flavour, abi_suffix, default_base_image,
+                      make_tag_prefix, minor)
 from .site import Site
 
 SCHEMA_VERSION = 1
@@ -389,7 +390,7 @@ def _flavour(errors: _Collector, release: Release, python: str, accelerator: Acc
                      "abi-wheel-source",
                      f"remove {abi.value} from releases.{release.torch_xla}.abis, or add a site.yaml wheel_sources "
                      f"entry with match {{torch_xla: \"=={release.torch_xla}\", abi: {abi.value}}} pointing at "
-                     "wheels of that ABI (e.g. a wheelhouse filled by build-wheels.sh)")
+                     f"wheels of that ABI (e.g. a wheelhouse filled by {WHEEL_BUILD_SCRIPT})")
         return None
     base = site.bases.get(python) or default_base_image(python)
     return Flavour(

@@ -1,4 +1,5 @@
-"""Flavour -> the files under Dockerfiles/<tag>/, and the drift check that keeps the committed ones current.
+"""Flavour -> the files under Dockerfiles/<tag>/, wheel build -> wheel-builds/<build>.env, and the drift check
+that keeps the committed ones current.
 
 Rendering is pure: a Flavour in, {file name: text} out, no disk, no network and no site setting. The same
 matrix therefore renders the same bytes on every machine, which is what lets the renders be committed and
@@ -20,16 +21,18 @@ import jinja2
 
 from . import resources, wheels
 from .errors import ConfigError
-from .flavour import LABEL_PREFIX, Flavour, default_base_image
+from .flavour import LABEL_PREFIX, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR, Flavour, WheelBuild, default_base_image
 
 if TYPE_CHECKING:  # plan.py imports this module; a runtime import would be circular
     from .plan import Plan
 
 DOCKERFILE = "Dockerfile"
-BUILD_WHEELS = "build-wheels.sh"
-# Rendered file -> its template, in the order they are written.
-TEMPLATES = {DOCKERFILE: "Dockerfile.j2", BUILD_WHEELS: "build-wheels.sh.j2"}
-EXECUTABLE = {BUILD_WHEELS}
+# Rendered file of a flavour -> its template, in the order they are written.
+TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
+# The parameters of one wheel build (wheel-builds/<build>.env), read by the static wheel-builds/build-wheels.sh.
+WHEEL_BUILD_TEMPLATE = "wheel-build.env.j2"
+# Committed once, not rendered: the wheel-build script and its builder image. `lint` checks them too.
+WHEEL_BUILD_STATIC = (WHEEL_BUILD_SCRIPT, f"{WHEEL_BUILDS_DIR}/Dockerfile")
 RENDER_COMMAND = "./build.py render"
 # Every generated file carries this phrase near its top; `render` only deletes files that do.
 GENERATED_MARK = wheels.GENERATED_MARK
@@ -38,7 +41,8 @@ GENERATED_MARK = wheels.GENERATED_MARK
 VENV = "/opt/venv"
 # The build sets it from the FLAVOUR_ID build arg: the id hashes the rendered files, so they cannot contain it.
 FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
-# build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins).
+# build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins);
+# its parameter files name it.
 PYELFTOOLS_PIN = "pyelftools==0.33"
 
 
@@ -66,30 +70,53 @@ def header(template: str, command: str = RENDER_COMMAND) -> str:
 
 
 def render_flavour(flavour: Flavour) -> dict[str, str]:
-    """{"Dockerfile": ..., "build-wheels.sh": ...} for one flavour. Pure: same flavour, same bytes, any site."""
+    """{"Dockerfile": ...} for one flavour. Pure: same flavour, same bytes, any site."""
     context = template_context(flavour)
     return {name: _render(template, {**context, "header": header(template)})
             for name, template in TEMPLATES.items()}
 
 
+def render_wheel_builds(flavours: tuple[Flavour, ...] | list[Flavour]) -> dict[str, str]:
+    """{"wheel-builds/<build>.env": parameters} for every wheel build the flavours use, one per (release,
+    python, ABI): flavours that differ only by accelerator share one. Pure, like render_flavour."""
+    users: dict[WheelBuild, list[str]] = {}
+    for flavour in flavours:
+        users.setdefault(flavour.wheel_build, []).append(flavour.tag)
+    return {build.params_path: _render(WHEEL_BUILD_TEMPLATE, wheel_build_context(build, tags))
+            for build, tags in users.items()}
+
+
+def wheel_build_context(build: WheelBuild, flavours: list[str]) -> dict[str, Any]:
+    return {
+        "header": header(WHEEL_BUILD_TEMPLATE),
+        "name": build.name,
+        "command": build.command,
+        "flavours": flavours,
+        "python": build.python,
+        "abi": build.abi.value,
+        "abi_title": build.abi.title,
+        "abi_flag": build.abi.glibcxx_use_cxx11_abi,
+        "pytorch_git_rev": build.pytorch_git_rev,
+        "xla_git_rev": build.xla_git_rev,
+        "torch_wheel_version": build.torch + build.local_version,
+        "torch_xla_wheel_version": build.torch_xla + build.local_version,
+        "pyelftools_pin": PYELFTOOLS_PIN,
+        "builder_base_image": default_base_image(build.python),
+    }
+
+
 def template_context(flavour: Flavour) -> dict[str, Any]:
     """Everything the templates may use. Deliberately not the wheel source nor the site's base image."""
-    local = flavour.wheel_local_version
     return {
         "tag": flavour.tag,
         "python": flavour.python,
-        "python_nodot": flavour.python.replace(".", ""),
         "torch": flavour.torch,
         "torch_xla": flavour.torch_xla,
-        "torch_wheel_version": flavour.torch + local,
-        "torch_xla_wheel_version": flavour.torch_xla + local,
         "abi": flavour.abi.value,
         "abi_title": flavour.abi.title,
         "abi_flag": flavour.abi.glibcxx_use_cxx11_abi,
         "accelerator": flavour.accelerator.value,
         "libtpu": flavour.libtpu,
-        "pytorch_git_rev": flavour.pytorch_git_rev,
-        "xla_git_rev": flavour.xla_git_rev,
         "default_base_image": default_base_image(flavour.python),
         "venv": VENV,
         "site_packages": f"{VENV}/lib/python{flavour.python}/site-packages",
@@ -101,7 +128,6 @@ def template_context(flavour: Flavour) -> dict[str, Any]:
         "context_wheelhouse": wheels.CONTEXT_WHEELHOUSE,
         "image_pip": wheels.IMAGE_PIP_DIR,
         "image_wheelhouse": wheels.IMAGE_WHEELHOUSE,
-        "pyelftools_pin": PYELFTOOLS_PIN,
     }
 
 
@@ -170,13 +196,26 @@ class WriteResult:
 
 
 def expected_files(plan: Plan) -> dict[Path, str]:
-    """Every file `render` owns, by path relative to the repository root: flavour files and CI files."""
+    """Every file `render` owns, by path relative to the repository root: flavour, wheel-build and CI files."""
     files: dict[Path, str] = {}
     for flavour in plan.flavours:
         directory = plan.flavour_dir(flavour).relative_to(plan.root)
         for name, text in plan.rendered[flavour.tag].items():
             files[directory / name] = text
+    files.update({Path(path): text for path, text in render_wheel_builds(plan.flavours).items()})
     files.update(_ci_files(plan))
+    return files
+
+
+def lint_targets(plan: Plan) -> dict[str, str]:
+    """What `lint` checks: the rendered Dockerfiles and wheel-build parameters, and the committed wheel-build
+    script and builder Dockerfile (read from the repository; absent outside a checkout)."""
+    files = {str(path): text for path, text in expected_files(plan).items()
+             if path.name in TEMPLATES or str(path).startswith(f"{WHEEL_BUILDS_DIR}/")}
+    for relative in WHEEL_BUILD_STATIC:
+        text = _read(plan.root / relative)
+        if text is not None:
+            files[relative] = text
     return files
 
 
@@ -192,7 +231,7 @@ def _ci_files(plan: Plan) -> dict[Path, str]:
 
 
 def write(plan: Plan) -> WriteResult:
-    """Write every rendered file that differs from the disk; remove orphan flavour directories.
+    """Write every rendered file that differs from the disk; remove orphan flavour directories and wheel builds.
 
     An orphan directory (a flavour no longer in the matrix) is removed only when every file in it is one we
     generated; anything else in it is left alone and reported, so render never deletes a user's work.
@@ -200,14 +239,11 @@ def write(plan: Plan) -> WriteResult:
     written, unchanged = [], 0
     for relative, text in expected_files(plan).items():
         path = plan.root / relative
-        executable = relative.name in EXECUTABLE
-        if _read(path) == text and (not executable or _is_executable(path)):
+        if _read(path) == text:
             unchanged += 1
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        if executable:
-            path.chmod(0o755)
         written.append(str(relative))
     removed, kept = [], []
     for directory in _orphan_dirs(plan):
@@ -217,6 +253,10 @@ def write(plan: Plan) -> WriteResult:
             removed.append(relative)
         else:
             kept.append(relative)
+    for path in _orphan_wheel_builds(plan):
+        if _is_generated(path):
+            path.unlink()
+            removed.append(str(path.relative_to(plan.root)))
     return WriteResult(tuple(written), unchanged, tuple(removed), tuple(kept))
 
 
@@ -226,10 +266,6 @@ def _is_generated(path: Path) -> bool:
             return any(GENERATED_MARK in handle.readline() for _ in range(3))
     except (OSError, UnicodeDecodeError):
         return False
-
-
-def _is_executable(path: Path) -> bool:
-    return path.exists() and bool(path.stat().st_mode & 0o111)
 
 
 def _read(path: Path) -> str | None:
@@ -253,8 +289,6 @@ def check(plan: Plan) -> list[Finding]:
         elif on_disk != text:
             findings.append(Finding("stale", str(relative),
                                     f"differs from what its template renders; run `{RENDER_COMMAND}`"))
-        elif relative.name in EXECUTABLE and not _is_executable(path):
-            findings.append(Finding("stale", str(relative), f"is not executable; run `{RENDER_COMMAND}`"))
     findings.extend(_orphans(plan))
     findings.extend(_lock_findings(plan))
     return findings
@@ -272,7 +306,21 @@ def _orphans(plan: Plan) -> list[Finding]:
                 if path.name not in owned:
                     findings.append(Finding("orphan", str(path.relative_to(plan.root)),
                                             "not a file xla-images generates; delete it"))
+    for path in _orphan_wheel_builds(plan):
+        why = (f"no flavour of the matrix uses this wheel build; run `{RENDER_COMMAND}` to remove it"
+               if _is_generated(path) else "not a file xla-images generates; delete it")
+        findings.append(Finding("orphan", str(path.relative_to(plan.root)), why))
     return findings
+
+
+def _orphan_wheel_builds(plan: Plan) -> list[Path]:
+    """Files in wheel-builds/ that are neither the committed script and builder nor a current parameter file."""
+    folder = plan.root / WHEEL_BUILDS_DIR
+    if not folder.is_dir():
+        return []
+    known = set(WHEEL_BUILD_STATIC) | set(render_wheel_builds(plan.flavours))
+    return [path for path in sorted(folder.iterdir())
+            if path.is_file() and str(path.relative_to(plan.root)) not in known]
 
 
 def _orphan_dirs(plan: Plan) -> list[Path]:

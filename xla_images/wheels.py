@@ -69,7 +69,7 @@ IMAGE_CA = f"{IMAGE_PIP_DIR}/ca.crt"
 
 # Wheels an image can load: the rendered Dockerfiles default to bookworm bases (glibc 2.36), so manylinux up to
 # 2_36 and every older tag; libtpu ships manylinux_2_31 wheels. `linux_x86_64` is what a from-source build
-# (build-wheels.sh) produces. Order matters to pip: the first tag is preferred.
+# (wheel-builds/build-wheels.sh) produces. Order matters to pip: the first tag is preferred.
 GLIBC_NEWEST_MINOR = 36
 PLATFORMS: tuple[str, ...] = (
     *(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_NEWEST_MINOR, 16, -1)),
@@ -226,7 +226,7 @@ def unavailable_reason(site: Site, source: WheelSource, flavour: Flavour) -> str
     wheelhouse = site.wheelhouse_path(source)
     if wheelhouse is not None and not wheelhouse.is_dir():
         return (f"wheel source {source.name} reads the wheelhouse {wheelhouse}, which does not exist; build the "
-                f"wheels with Dockerfiles/{flavour.tag}/build-wheels.sh or point the source at existing wheels")
+                f"wheels with {flavour.wheel_build.command} or point the source at existing wheels")
     return None
 
 
@@ -573,7 +573,7 @@ def wheels_for(flavour: Flavour, lock: Lock | Path, wheelhouse: Path | Sequence[
     if absent:
         raise Failure(f"{flavour.tag} needs wheels that are in no wheelhouse: {', '.join(absent)}",
                       rule="wheelhouse-complete",
-                      hint=f"build them with Dockerfiles/{flavour.tag}/build-wheels.sh (looked in "
+                      hint=f"build them with {flavour.wheel_build.command} (looked in "
                            f"{', '.join(str(folder) for folder in dirs)})")
     return found
 
@@ -649,7 +649,7 @@ def fetch(plan: Plan, flavours: Sequence[Flavour], wheelhouse: Path | None = Non
             if entry.local:
                 raise Failure(f"{entry.filename} (locked for {flavour.tag}) is in no wheelhouse with the locked "
                               "hash", rule="wheelhouse-complete",
-                              hint=f"build it with Dockerfiles/{flavour.tag}/build-wheels.sh, or re-lock")
+                              hint=f"build it with {flavour.wheel_build.command}, or re-lock")
             wanted.append(entry)
         if wanted:
             progress(f"{flavour.tag}: downloading {len(wanted)} wheel(s)")

@@ -21,19 +21,30 @@ needs_shellcheck = pytest.mark.skipif(
 
 
 def committed_renders() -> dict[str, str]:
-    files = {}
-    for path in sorted((ROOT / "Dockerfiles").glob("*/*")):
-        if path.name in render.TEMPLATES:
-            files[str(path.relative_to(ROOT))] = path.read_text(encoding="utf-8")
-    return files
+    """The committed Dockerfiles, wheel-build parameter files and the static wheel-build script and builder."""
+    paths = [path for path in sorted((ROOT / "Dockerfiles").glob("*/*")) if path.name in render.TEMPLATES]
+    paths += sorted((ROOT / "wheel-builds").glob("*.env"))
+    paths += [ROOT / relative for relative in render.WHEEL_BUILD_STATIC]
+    return {str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in paths}
 
 
 @needs_shellcheck
 def test_committed_renders_are_lint_clean() -> None:
     files = committed_renders()
-    assert len(files) >= 2 * 20, "render the Dockerfiles first: ./build.py render"
+    assert len([path for path in files if path.endswith("/Dockerfile")]) >= 20, "render first: ./build.py render"
+    assert len([path for path in files if path.endswith(".env")]) >= 10
     findings = lint.lint_files(files)
     assert findings == [], "\n".join(map(str, findings))
+
+
+@needs_shellcheck
+def test_lint_targets_cover_the_wheel_build_files() -> None:
+    from xla_images.plan import load_plan
+
+    targets = render.lint_targets(load_plan(ROOT / "matrix.yaml"))
+    assert set(render.WHEEL_BUILD_STATIC) <= set(targets)
+    assert {path for path in targets if path.endswith(".env")} == {
+        path for path in committed_renders() if path.endswith(".env")}
 
 
 @needs_shellcheck
@@ -41,6 +52,7 @@ def test_lint_finds_real_problems_and_names_file_and_line() -> None:
     files = {
         "Dockerfiles/bad/Dockerfile": "FROM debian:bookworm\nRUN apt-get update && apt-get install -y curl\n",
         "Dockerfiles/bad/build-wheels.sh": "#!/usr/bin/env bash\nrm -rf $1/build\n",
+        "wheel-builds/bad.env": "# shellcheck shell=bash\nABI = cxx11\n",
     }
     findings = lint.lint_files(files)
     codes = {(finding.path, finding.code) for finding in findings}
@@ -48,6 +60,7 @@ def test_lint_finds_real_problems_and_names_file_and_line() -> None:
     assert ("Dockerfiles/bad/build-wheels.sh", "SC2086") in codes  # unquoted expansion
     unquoted = next(finding for finding in findings if finding.code == "SC2086")
     assert unquoted.line == 2 and str(unquoted).startswith("Dockerfiles/bad/build-wheels.sh:2:")
+    assert ("wheel-builds/bad.env", "SC2283") in codes  # a parameter file is shell: no spaces around =
 
 
 def test_missing_shellcheck_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

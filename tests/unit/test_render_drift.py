@@ -66,8 +66,12 @@ def test_fresh_checkout_reports_every_file_missing(tmp_path: Path) -> None:
     plan = project(tmp_path)
     found = kinds(render.check(plan))
     for flavour in plan.flavours:
-        for name in ("Dockerfile", "build-wheels.sh"):
-            assert found[f"Dockerfiles/{flavour.tag}/{name}"] == "missing"
+        assert found[f"Dockerfiles/{flavour.tag}/Dockerfile"] == "missing"
+        assert found[flavour.wheel_build.params_path] == "missing"
+    # The cpu and tpu flavours of 2.9 / 3.11 share one wheel build: three builds for four flavours.
+    assert sorted(path for path in found if path.startswith("wheel-builds/")) == [
+        "wheel-builds/r2.6.0_3.11_cxx11.env", "wheel-builds/r2.6.0_3.11_precxx11.env",
+        "wheel-builds/r2.9.0_3.11_cxx11.env"]
     expected_ci = [str(path) for path in render.expected_files(plan) if not str(path).startswith("Dockerfiles/")]
     assert expected_ci, "the CI generator's files are part of what render owns"
     for path in expected_ci:
@@ -87,7 +91,6 @@ def test_after_render_only_locks_remain(tmp_path: Path) -> None:
     assert unlocked.kind == "unlocked" and unlocked.warning and "wheels not available here" in unlocked.message
     assert all(finding.kind == "missing" and not finding.warning
                for path, finding in by_path.items() if WHEELHOUSE_TAG not in path)
-    assert (tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "build-wheels.sh").stat().st_mode & 0o111
 
 
 def test_stale_and_missing_rendered_files_are_named(tmp_path: Path) -> None:
@@ -95,14 +98,15 @@ def test_stale_and_missing_rendered_files_are_named(tmp_path: Path) -> None:
     render.write(plan)
     dockerfile = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("PJRT_DEVICE", "PJRT_DEVICES"))
-    script = tmp_path / "Dockerfiles" / "r2.9.0_3.11_tpuvm" / "build-wheels.sh"
-    script.chmod(0o644)
+    parameters = tmp_path / "wheel-builds" / "r2.9.0_3.11_cxx11.env"
+    parameters.write_text(parameters.read_text().replace("XLA_REV=v2.9.0", "XLA_REV=v2.9.1"))
     (tmp_path / "Dockerfiles" / "r2.6.0_3.11_cpu" / "Dockerfile").unlink()
+    (tmp_path / "wheel-builds" / "r2.6.0_3.11_cxx11.env").unlink()
     found = {finding.path: finding for finding in render.check(plan)}
     assert found["Dockerfiles/r2.9.0_3.11_cpu/Dockerfile"].kind == "stale"
-    assert found["Dockerfiles/r2.9.0_3.11_tpuvm/build-wheels.sh"].kind == "stale"
-    assert "not executable" in found["Dockerfiles/r2.9.0_3.11_tpuvm/build-wheels.sh"].message
+    assert found["wheel-builds/r2.9.0_3.11_cxx11.env"].kind == "stale"
     assert found["Dockerfiles/r2.6.0_3.11_cpu/Dockerfile"].kind == "missing"
+    assert found["wheel-builds/r2.6.0_3.11_cxx11.env"].kind == "missing"
     render.write(plan)
     assert not [finding for finding in render.check(plan) if not finding.path.endswith(".lock")]
 
@@ -125,6 +129,36 @@ def test_orphans_are_found_and_only_generated_ones_removed(tmp_path: Path) -> No
     result = render.write(plan)
     assert result.removed == ("Dockerfiles/r2.8.1_3.11_cpu",) and not gone.exists()
     assert result.kept_orphans == ("Dockerfiles/r2.7.0_3.11_cpu",) and (kept / "notes.txt").exists()
+
+
+def test_wheel_build_orphans_are_found_and_only_generated_ones_removed(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    folder = tmp_path / "wheel-builds"
+    for static in ("build-wheels.sh", "Dockerfile"):  # the committed files are not orphans
+        (folder / static).write_text("# committed, not generated\n")
+    gone = folder / "r2.8.1_3.11_cxx11.env"
+    gone.write_text((folder / "r2.9.0_3.11_cxx11.env").read_text())
+    mine = folder / "notes.txt"
+    mine.write_text("my own notes\n")
+    found = {finding.path: finding for finding in render.check(plan) if finding.kind == "orphan"}
+    assert set(found) == {"wheel-builds/r2.8.1_3.11_cxx11.env", "wheel-builds/notes.txt"}
+    assert "no flavour of the matrix uses this wheel build" in found["wheel-builds/r2.8.1_3.11_cxx11.env"].message
+    result = render.write(plan)
+    assert result.removed == ("wheel-builds/r2.8.1_3.11_cxx11.env",) and not gone.exists()
+    assert mine.exists() and (folder / "build-wheels.sh").exists()
+
+
+def test_a_release_dropped_from_the_matrix_orphans_its_wheel_builds(tmp_path: Path) -> None:
+    plan = project(tmp_path)
+    render.write(plan)
+    only_29 = MATRIX[:MATRIX.index('  "2.6.0":')] + MATRIX[MATRIX.index('  "2.9.0":'):]
+    smaller = project(tmp_path, only_29)
+    orphans = {finding.path for finding in render.check(smaller) if finding.kind == "orphan"}
+    assert {"wheel-builds/r2.6.0_3.11_cxx11.env", "wheel-builds/r2.6.0_3.11_precxx11.env"} <= orphans
+    assert set(render.write(smaller).removed) >= {"wheel-builds/r2.6.0_3.11_cxx11.env",
+                                                  "wheel-builds/r2.6.0_3.11_precxx11.env"}
+    assert sorted(path.name for path in (tmp_path / "wheel-builds").iterdir()) == ["r2.9.0_3.11_cxx11.env"]
 
 
 def test_flavour_dropped_from_the_matrix_becomes_an_orphan(tmp_path: Path) -> None:
@@ -207,14 +241,18 @@ def test_committed_repository_renders_are_current() -> None:
     plan = load_plan(ROOT / "matrix.yaml")
     drift = [str(finding) for finding in render.check(plan)
              if not finding.warning and not finding.path.endswith(wheels.LOCK_NAME)
-             and finding.path.startswith("Dockerfiles/")]
+             and finding.path.startswith(("Dockerfiles/", "wheel-builds/"))]
     assert drift == []
 
 
-@pytest.mark.parametrize("name", ["Dockerfile", "build-wheels.sh", wheels.LOCK_NAME])
+@pytest.mark.parametrize("name", ["Dockerfile", "wheel-build", wheels.LOCK_NAME])
 def test_generated_files_carry_the_mark(tmp_path: Path, name: str) -> None:
     plan = project(tmp_path)
     render.write(plan)
-    path = fake_lock(plan, "r2.9.0_3.11_cpu") if name == wheels.LOCK_NAME else (
-        tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / name)
+    if name == wheels.LOCK_NAME:
+        path = fake_lock(plan, "r2.9.0_3.11_cpu")
+    elif name == "wheel-build":
+        path = tmp_path / "wheel-builds" / "r2.9.0_3.11_cxx11.env"
+    else:
+        path = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / name
     assert render._is_generated(path)

