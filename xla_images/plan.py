@@ -15,6 +15,7 @@ from pathlib import Path
 from . import matrix, render
 from .flavour import Flavour
 from .site import Site, load_site
+from .userfiles import resolve_path
 
 SMOKE_PACKAGE = Path("smoke") / "xla_smoke"
 DOCKERFILES = "Dockerfiles"
@@ -46,7 +47,7 @@ class Plan:
 
 def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple[str, ...] = ()) -> Plan:
     matrix_path = Path(matrix_path)
-    root = matrix_path.resolve().parent
+    root = resolve_path(matrix_path).parent  # a symlink loop is a ConfigError, not a RuntimeError
     site = load_site(site_path, overrides, root=root)
     flavours = matrix.load_flavours(matrix_path, site)
     rendered = {flavour.tag: render.render_flavour(flavour) for flavour in flavours}
