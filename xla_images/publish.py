@@ -448,7 +448,7 @@ def _now() -> str:
 
 def read_published(path: Path) -> dict[str, Published]:
     """The verified pushes recorded in `path` ({} when there is none); read bounded, every field checked."""
-    if not path.exists():  # a directory, fifo or device is not "none yet": read_text says what it is
+    if not os.path.lexists(path):  # a directory, fifo, device or symlink loop is not "none yet": read_text says
         return {}
     return parse_published(userfiles.read_text(path, limit=userfiles.JSON_LIMIT), str(path))
 
