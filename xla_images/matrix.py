@@ -296,8 +296,8 @@ def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[
 def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, defaults: dict) -> Release | None:
     before = len(errors.errors)
     if not RELEASE_VERSION.fullmatch(version):
-        errors.error(keys, f"release key {shown_value(version)} is not a torch_xla version like 2.9.0", "version-format",
-                     'quote it: "2.9.0"')
+        errors.error(keys, f"release key {shown_value(version)} is not a torch_xla version like 2.9.0",
+                     "version-format", 'quote it: "2.9.0"')
     if not isinstance(settings, dict):
         errors.error(keys, "a release must be a mapping of settings", "schema-type",
                      "give torch, pytorch_git_rev, xla_git_rev, python_support and libtpu under it")

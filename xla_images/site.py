@@ -26,6 +26,8 @@ MATCH_KEYS = {"torch_xla", "abi"}
 # Settings land in pip.conf, Dockerfile build arguments and lock headers, one per line: whatever the type,
 # no whitespace or control characters (a newline would add a line of its own), and a sane length.
 _PLAIN = re.compile(r"[^\s\x00-\x1f\x7f]{1,2048}")
+# Host paths (ca_bundle, wheelhouse, local find_links) are never written into a config line: spaces are fine.
+_PATH = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
 BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
@@ -154,7 +156,8 @@ def _check_top(doc: yamlsrc.YamlDoc) -> None:
         raise ConfigError("a site file is a mapping of settings", location=doc.loc(()), rule="site-schema")
     for key in doc.data:
         if key not in TOP_KEYS:
-            raise ConfigError(f"unknown site setting {shown_value(key)}", location=doc.loc((key,)), rule="site-unknown-key",
+            raise ConfigError(f"unknown site setting {shown_value(key)}", location=doc.loc((key,)),
+                              rule="site-unknown-key",
                               hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
 
 
@@ -172,9 +175,9 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
     ca_setting = data.get("ca_bundle")
     if ca_setting is None:
         ca_setting = "none"
-    if not isinstance(ca_setting, str) or (ca_setting and not _PLAIN.fullmatch(ca_setting)):
+    if not isinstance(ca_setting, str) or (ca_setting and not _PATH.fullmatch(ca_setting)):
         errors.append(ConfigError("ca_bundle must be a path, `auto` or `none`", location=where("ca_bundle"),
-                                  rule="site-ca-bundle", hint="a path without spaces or control characters"))
+                                  rule="site-ca-bundle", hint="a path without control characters"))
     bases = _bases(data.get("bases"), where, errors)
     rules = _wheel_sources(data.get("wheel_sources"), where, errors)
     if errors:
@@ -247,13 +250,13 @@ def _check_source_fields(entry: dict[str, Any], where, errors: list[XlaImagesErr
         bad("name", "must be a short name (letters, digits, . _ -)", "for example corp-mirror")
     if entry.get("index_url") is not None and not _is_url(entry["index_url"]):
         bad("index_url", "must be an http(s) URL", "for example https://pypi.corp.example/simple")
-    for key in ("extra_index_urls", "find_links"):
+    for key, fits in (("extra_index_urls", _is_url), ("find_links", _is_link)):
         value = entry.get(key)
         items = [value] if isinstance(value, str) else value if isinstance(value, list) else None
-        if value is not None and (items is None or not all(isinstance(i, str) and _PLAIN.fullmatch(i) for i in items)):
-            bad(key, "must be a URL or path, or a list of them", "for example [https://host/wheels/]")
+        if value is not None and (items is None or not all(fits(item) for item in items)):
+            bad(key, "must be a URL (find_links: or a folder), or a list of them", "for example [https://host/wheels/]")
     if entry.get("wheelhouse") is not None and not (isinstance(entry["wheelhouse"], str)
-                                                    and _PLAIN.fullmatch(entry["wheelhouse"])):
+                                                    and _PATH.fullmatch(entry["wheelhouse"])):
         bad("wheelhouse", "must be a folder path", "for example wheelhouse/built")
     for key in ("torch_local", "torch_xla_local"):
         value = entry.get(key)
@@ -269,6 +272,13 @@ def _check_source_fields(entry: dict[str, Any], where, errors: list[XlaImagesErr
 
 def _is_url(value: Any) -> bool:
     return isinstance(value, str) and bool(_PLAIN.fullmatch(value)) and bool(URL.fullmatch(value))
+
+
+def _is_link(value: Any) -> bool:
+    """A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not)."""
+    if not isinstance(value, str):
+        return False
+    return _is_url(value) if "://" in value else bool(_PATH.fullmatch(value))
 
 
 def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesError]) -> WheelSourceRule | None:

@@ -144,7 +144,8 @@ def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
             continue
         match = _LOCK_LINE.match(line)
         if not match or not match.group("filename"):
-            raise ConfigError(f"not a lock line: {shown_value(raw, 100)}", location=Location(where, number), rule="lock-format",
+            raise ConfigError(f"not a lock line: {shown_value(raw, 100)}", location=Location(where, number),
+                              rule="lock-format",
                               hint="locks are generated; regenerate it with `./build.py lock`")
         entries.append(LockEntry(match.group("name"), match.group("version"), match.group("sha256"),
                                  match.group("filename"), bool(match.group("local"))))

