@@ -8,6 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def shorten(text: str, limit: int = 120) -> str:
+    """`text` cut to `limit` characters: a message must stay readable whatever the user wrote."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown_value(value: object, limit: int = 60) -> str:
+    """A user's value for a message: its repr, shortened."""
+    return shorten(repr(value), limit)
+
+
 @dataclass(frozen=True)
 class Location:
     """A place in a user's file, 1-based like editors show it."""

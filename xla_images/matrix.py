@@ -13,6 +13,11 @@ rendered or built. Rules, by id:
   unique-tag        no two flavours share a tag, and no alias is another flavour's tag
   nightly-unique    at most one release has `channel: nightly` (its tags carry no version)
   nightly-wheel-source  a nightly release needs a site wheel source with `match: {channel: nightly}`
+  git-rev           pytorch_git_rev/xla_git_rev are git tags, branches or commits (no spaces or shell syntax)
+  abi-default       a release's default_abi is one of the abis it builds
+  latest-python     defaults.latest_python is a python some release builds
+  schema-duplicate  a list names the same python, accelerator or abi twice
+  matrix-size       at most MAX_FLAVOURS flavours and MAX_EXCLUDES excludes, so every command answers quickly
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from . import yamlsrc
-from .errors import ConfigError, ErrorList, Location, XlaImagesError
+from .errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
 from .flavour import (WHEEL_BUILD_SCRIPT, Abi, Accelerator, Channel, Flavour, abi_suffix, default_base_image,
                       make_tag_prefix, minor)
 from .site import Site
@@ -37,9 +42,15 @@ RELEASE_KEYS = {"torch", "pytorch_git_rev", "xla_git_rev", "python_support", "py
                 "default_abi", "libtpu", "channel"}
 RELEASE_REQUIRED = ("torch", "pytorch_git_rev", "xla_git_rev", "python_support")
 EXCLUDE_KEYS = {"torch_xla", "python", "abi", "accelerator"}
-RELEASE_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-PACKAGE_VERSION = re.compile(r"^\d+(\.\d+){1,3}([a-z]+\d+)?$")
-PYTHON_VERSION = re.compile(r"^3\.\d+$")
+# Matched with fullmatch and ASCII digits: "2.9.0\n" and "٢.٩.٠" are not versions (and would break Version()).
+RELEASE_VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}", re.ASCII)
+PACKAGE_VERSION = re.compile(r"\d{1,4}(\.\d{1,6}){1,3}([a-z]{1,5}\d{1,4})?", re.ASCII)
+PYTHON_VERSION = re.compile(r"3\.\d{1,3}", re.ASCII)
+# What build-wheels.sh checks out: a tag, branch or commit. Plain characters only; it lands in a script.
+GIT_REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}", re.ASCII)
+# Beyond these the matrix is surely not hand-written; refusing keeps every command well under a second.
+MAX_FLAVOURS = 2000
+MAX_EXCLUDES = 500
 KeyPath = tuple[str | int, ...]
 
 
@@ -95,6 +106,9 @@ def expand(doc: yamlsrc.YamlDoc, site: Site) -> list[Flavour]:
     releases = _releases(errors, data.get("releases"), defaults)
     excludes = _excludes(errors, data.get("exclude", []))
     errors.raise_if_any()
+    _check_latest_python(errors, data.get("defaults", {}), defaults, releases)
+    _check_size(errors, releases, excludes)
+    errors.raise_if_any()
     flavours = _flavours(errors, releases, excludes, site)
     errors.raise_if_any()
     flavours = _with_aliases(flavours, str(defaults["latest_python"]))
@@ -103,13 +117,33 @@ def expand(doc: yamlsrc.YamlDoc, site: Site) -> list[Flavour]:
     return flavours
 
 
+def _check_latest_python(errors: _Collector, given: dict, defaults: dict[str, Any],
+                         releases: list[Release]) -> None:
+    latest = defaults["latest_python"]
+    built = {python for release in releases for python in release.pythons}
+    if releases and latest not in built:
+        at: KeyPath = ("defaults", "latest_python") if "latest_python" in given else ("defaults",)
+        errors.error(at, f"latest_python {latest} is built by no release, so nothing would carry `latest`",
+                     "latest-python", f"set it to one of: {', '.join(sorted(built, key=Version))}")
+
+
+def _check_size(errors: _Collector, releases: list[Release], excludes: list) -> None:
+    count = sum(len(r.pythons) * len(r.accelerators) * len(r.abis) for r in releases)
+    if count > MAX_FLAVOURS:
+        errors.error(("releases",), f"the matrix expands to {count} flavours, more than {MAX_FLAVOURS}",
+                     "matrix-size", "split it into several matrix files, or narrow pythons/accelerators/abis")
+    if len(excludes) > MAX_EXCLUDES:
+        errors.error(("exclude",), f"{len(excludes)} excludes, more than {MAX_EXCLUDES}", "matrix-size",
+                     "list the pythons or accelerators a release builds instead of excluding them one by one")
+
+
 # --- schema -----------------------------------------------------------------------------------------------
 
 def _check_keys(errors: _Collector, mapping: dict, keys: KeyPath, allowed: set[str], what: str) -> None:
     for key in mapping:
         if key not in allowed:
-            close = _closest(key, allowed)
-            errors.error(keys + (key,), f"unknown key {key!r} in {what}", "schema-unknown-key",
+            close = _closest(key, allowed) if len(key) < 100 else None
+            errors.error(keys + (key,), f"unknown key {shown_value(key)} in {what}", "schema-unknown-key",
                          f"did you mean {close!r}?" if close else f"allowed keys: {', '.join(sorted(allowed))}")
 
 
@@ -124,8 +158,12 @@ def _check_schema_version(errors: _Collector, data: dict) -> None:
     if "schema" not in data:
         errors.error((), "missing `schema: 1` at the top of the matrix", "schema-missing",
                      "add the line `schema: 1`")
+    elif type(data["schema"]) is not int:  # noqa: E721 -- 1.0 and true equal 1 in Python, but are not `1`
+        errors.error(("schema",), f"schema must be the integer {SCHEMA_VERSION}, not "
+                     f"{shown_value(errors.doc.text(('schema',)) or data['schema'])}", "schema-type",
+                     f"write `schema: {SCHEMA_VERSION}`")
     elif data["schema"] != SCHEMA_VERSION:
-        errors.error(("schema",), f"unsupported schema {data['schema']!r}", "schema-version",
+        errors.error(("schema",), f"unsupported schema {shown_value(data['schema'])}", "schema-version",
                      f"this xla-images reads schema {SCHEMA_VERSION}")
 
 
@@ -136,19 +174,24 @@ def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pat
         errors.error(keys, f"{what} must be a version string like {example}", "schema-type",
                      f'write it as a quoted string, e.g. "{example}"')
         return None
-    text = errors.doc.text(keys) if isinstance(value, float) else None
+    # Numbers are read back as written: `3.10` is not 3.1, and `010` is not the octal 8.
+    text = errors.doc.text(keys) if isinstance(value, (int, float)) else None
     text = text or str(value)
-    if not pattern.match(text):
-        errors.error(keys, f"{what} {text!r} is not a version like {example}", "version-format",
+    if not pattern.fullmatch(text):
+        errors.error(keys, f"{what} {shown_value(text)} is not a version like {example}", "version-format",
                      f'write it as a quoted string, e.g. "{example}"')
         return None
     return text
 
 
-def _str_field(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str | None:
+def _git_rev(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str | None:
     if not isinstance(value, str) or not value:
         errors.error(keys, f"{what} must be a non-empty string", "schema-type",
                      "give the git tag or commit to build from, e.g. v2.9.0")
+        return None
+    if not GIT_REV.fullmatch(value):
+        errors.error(keys, f"{what} {shown_value(value)} is not a git tag, branch or commit", "git-rev",
+                     "use letters, digits and . _ / + - only (at most 128), e.g. v2.9.0")
         return None
     return value
 
@@ -161,9 +204,12 @@ def _enum_list(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, w
         return ()
     result = []
     for index, item in enumerate(value):
-        if item not in allowed:
-            errors.error(keys + (index,), f"unknown {what[:-1]} {item!r}", "schema-type",
+        if not isinstance(item, str) or item not in allowed:
+            errors.error(keys + (index,), f"unknown {what[:-1]} {shown_value(item)}", "schema-type",
                          f"use one of: {', '.join(allowed)}")
+        elif enum_type(item) in result:
+            errors.error(keys + (index,), f"{what[:-1]} {item} is listed twice", "schema-duplicate",
+                         "list each once")
         else:
             result.append(enum_type(item))
     return tuple(result)
@@ -171,8 +217,8 @@ def _enum_list(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, w
 
 def _enum_value(errors: _Collector, keys: KeyPath, value: Any, enum_type: type, what: str):
     allowed = [member.value for member in enum_type]
-    if value not in allowed:
-        errors.error(keys, f"unknown {what} {value!r}", "schema-type", f"use one of: {', '.join(allowed)}")
+    if not isinstance(value, str) or value not in allowed:
+        errors.error(keys, f"unknown {what} {shown_value(value)}", "schema-type", f"use one of: {', '.join(allowed)}")
         return None
     return enum_type(value)
 
@@ -185,7 +231,9 @@ def _python_list(errors: _Collector, keys: KeyPath, value: Any) -> tuple[str, ..
     pythons = []
     for index, item in enumerate(value):
         text = _version_text(errors, keys + (index,), item, PYTHON_VERSION, "python", "3.11")
-        if text:
+        if text and text in pythons:
+            errors.error(keys + (index,), f"python {text} is listed twice", "schema-duplicate", "list each once")
+        elif text:
             pythons.append(text)
     return tuple(pythons)
 
@@ -214,7 +262,23 @@ def _defaults(errors: _Collector, value: Any) -> dict[str, Any]:
     if "latest_python" in value:
         result["latest_python"] = _version_text(errors, keys + ("latest_python",), value["latest_python"],
                                                 PYTHON_VERSION, "python", "3.11")
+    _check_default_abi(errors, keys, value, result["default_abi"], result["abis"])
     return result
+
+
+def _check_default_abi(errors: _Collector, keys: KeyPath, settings: dict, default_abi: Abi | None,
+                       abis: tuple[Abi, ...]) -> None:
+    """A default_abi written in a section must be among the abis that section builds.
+
+    It decides which flavour has no ABI word in its tag and carries `latest`. An inherited default with a
+    release's own `abis` stays allowed: that is how a release builds only its other ABI (README, flavour table).
+    """
+    if default_abi is None or not abis or default_abi in abis or "default_abi" not in settings:
+        return
+    at = keys + ("default_abi",)
+    errors.error(at, f"default_abi {default_abi.value} is not among the abis built "
+                 f"({', '.join(abi.value for abi in abis)})", "abi-default",
+                 f"add {default_abi.value} to abis, or set default_abi to one of them")
 
 
 def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[Release]:
@@ -236,9 +300,9 @@ def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[
 
 def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, defaults: dict) -> Release | None:
     before = len(errors.errors)
-    if not RELEASE_VERSION.match(version):
-        errors.error(keys, f"release key {version!r} is not a torch_xla version like 2.9.0", "version-format",
-                     'quote it: "2.9.0"')
+    if not RELEASE_VERSION.fullmatch(version):
+        errors.error(keys, f"release key {shown_value(version)} is not a torch_xla version like 2.9.0",
+                     "version-format", 'quote it: "2.9.0"')
     if not isinstance(settings, dict):
         errors.error(keys, "a release must be a mapping of settings", "schema-type",
                      "give torch, pytorch_git_rev, xla_git_rev, python_support and libtpu under it")
@@ -262,11 +326,12 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
                    if "default_abi" in settings else defaults["default_abi"])
     channel = (_enum_value(errors, keys + ("channel",), settings["channel"], Channel, "channel")
                if "channel" in settings else Channel.RELEASE)
+    _check_default_abi(errors, keys, settings, default_abi, abis)
     libtpu = None
     if "libtpu" in settings:
         libtpu = _version_text(errors, keys + ("libtpu",), settings["libtpu"], PACKAGE_VERSION, "libtpu",
                                "0.0.21")
-    revs = [_str_field(errors, keys + (name,), settings.get(name), name) if name in settings else None
+    revs = [_git_rev(errors, keys + (name,), settings.get(name), name) if name in settings else None
             for name in ("pytorch_git_rev", "xla_git_rev")]
     if len(errors.errors) > before:
         return None  # rules below would only repeat what the schema errors already say
@@ -288,11 +353,11 @@ def _check_one_nightly(errors: _Collector, releases: list[Release]) -> None:
 
 def _python_support(errors: _Collector, keys: KeyPath, value: Any) -> SpecifierSet | None:
     try:
-        if not isinstance(value, str) or not value:
-            raise InvalidSpecifier(str(value))
+        if not isinstance(value, str) or not value or len(value) > 200:
+            raise InvalidSpecifier(shown_value(value))
         return SpecifierSet(value)
     except InvalidSpecifier:
-        errors.error(keys, f"python_support {value!r} is not a version range", "schema-type",
+        errors.error(keys, f"python_support {shown_value(value)} is not a version range", "schema-type",
                      'write a specifier such as ">=3.10,<3.14"')
         return None
 
@@ -300,7 +365,7 @@ def _python_support(errors: _Collector, keys: KeyPath, value: Any) -> SpecifierS
 def _check_release_rules(errors: _Collector, keys: KeyPath, version: str, torch: str | None,
                          support: SpecifierSet | None, pythons: tuple[str, ...],
                          accelerators: tuple[Accelerator, ...], libtpu: str | None, settings: dict) -> None:
-    if torch and RELEASE_VERSION.match(version) and minor(torch) != minor(version):
+    if torch and RELEASE_VERSION.fullmatch(version) and minor(torch) != minor(version):
         errors.error(keys + ("torch",), f"torch {torch} does not go with torch_xla {version}", "torch-pin",
                      f"torch_xla {version} is built against torch {minor(version)}.x; pin torch {minor(version)}.*")
     if support is not None and "pythons" in settings:
@@ -332,7 +397,12 @@ def _excludes(errors: _Collector, value: Any) -> list[tuple[KeyPath, dict[str, s
         _check_keys(errors, entry, keys, EXCLUDE_KEYS, "exclude")
         normalised = {}
         for key, item in entry.items():
-            text = errors.doc.text(keys + (key,)) if isinstance(item, float) else None
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                errors.error(keys + (key,), f"exclude {key} must be a string, not {shown_value(item)}",
+                             "schema-type", 'for example {python: "3.9", accelerator: cpu}')
+                continue
+            # As written: an unquoted 3.10 is the python "3.10".
+            text = errors.doc.text(keys + (key,)) if isinstance(item, (int, float)) else None
             normalised[key] = text or str(item)
         excludes.append((keys, normalised))
     return excludes

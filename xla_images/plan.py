@@ -15,6 +15,7 @@ from pathlib import Path
 from . import matrix, nightly, render, resources
 from .flavour import Flavour
 from .site import Site, load_site
+from .userfiles import resolve_path
 
 DOCKERFILES = "Dockerfiles"
 LOCK_NAME = "requirements.lock"
@@ -46,7 +47,7 @@ class Plan:
 
 def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple[str, ...] = ()) -> Plan:
     matrix_path = Path(matrix_path)
-    root = matrix_path.resolve().parent
+    root = resolve_path(matrix_path).parent  # a symlink loop is a ConfigError, not a RuntimeError
     site = load_site(site_path, overrides, root=root)
     # A nightly's lock names the night it installs: its versions, dated tag and labels come from there.
     flavours = nightly.pin_from_locks(matrix.load_flavours(matrix_path, site), root)

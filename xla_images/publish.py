@@ -29,7 +29,8 @@ import tenacity
 
 from . import diskio, engine, nightly
 from .build import FLAVOUR_ID_LABEL, local_ref
-from .errors import ConfigError, Failure, Location, XlaImagesError
+from . import userfiles
+from .errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
 from .flavour import Flavour
 
 USER_ENV = "XLA_IMAGES_REGISTRY_USER"
@@ -514,14 +515,63 @@ def _now() -> str:
 # --- published.json --------------------------------------------------------------------------------------
 
 def read_published(path: Path) -> dict[str, Published]:
-    if not path.is_file():
+    """The verified pushes recorded in `path` ({} when there is none); read bounded, every field checked."""
+    if not os.path.lexists(path):  # a directory, fifo, device or symlink loop is not "none yet": read_text says
         return {}
+    return parse_published(userfiles.read_text(path, limit=userfiles.JSON_LIMIT), str(path))
+
+
+def parse_published(text: str, where: str) -> dict[str, Published]:
+    def refuse(message: str, line: int = 1) -> ConfigError:
+        return ConfigError(f"not a published.json written by `build.py push`: {message}",
+                           location=Location(where, line), rule="published-format", hint="delete it and push again")
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return {tag: Published.from_json(entry) for tag, entry in data["flavours"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError("not a published.json written by `build.py push`", location=Location(str(path)),
-                          rule="published-format", hint="delete it and push again") from None
+        data = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise refuse(error.msg, error.lineno) from None
+    except (ValueError, RecursionError) as error:  # NaN/Infinity, a 5000-digit number, 100000 nested arrays
+        raise refuse(shorten(str(error) or type(error).__name__, 80)) from None
+    if not isinstance(data, dict):
+        raise refuse(f"the top level is a {type(data).__name__}, not an object")
+    if type(data.get("schema")) is not int or data["schema"] != PUBLISHED_SCHEMA:  # noqa: E721 -- not true/1.0
+        raise refuse(f"schema is {shown_value(data.get('schema'))}, this xla-images reads {PUBLISHED_SCHEMA}")
+    flavours = data.get("flavours")
+    if not isinstance(flavours, dict):
+        raise refuse("`flavours` is not an object")
+    entries = {}
+    for tag, entry in flavours.items():
+        problem = _published_entry_problem(tag, entry)
+        if problem:
+            line = text.count("\n", 0, max(text.find(json.dumps(tag)), 0)) + 1
+            raise refuse(f"flavour {shown_value(tag)}: {problem}", line)
+        entries[tag] = Published.from_json(entry)
+    return entries
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a value published.json holds")
+
+
+def _published_entry_problem(tag: str, entry: Any) -> str | None:
+    """What is wrong with one entry, or None. Only the fields resolve and push read are required."""
+    if not isinstance(entry, dict):
+        return "the entry is not an object"
+    if entry.get("tag") != tag:
+        return f"its `tag` is {shown_value(entry.get('tag'))}"
+    tags = entry.get("tags")
+    if not isinstance(tags, list) or not all(isinstance(item, str) and item for item in tags):
+        return "`tags` is not a list of tag names"
+    if not isinstance(entry.get("registry"), str) or not entry["registry"]:
+        return "`registry` is not a string"
+    if not isinstance(entry.get("digest"), str) or not is_digest(entry["digest"]):
+        return f"`digest` {shown_value(entry.get('digest'))} is not a sha256:<64 hex> digest"
+    if not isinstance(entry.get("flavour"), dict):
+        return "`flavour` is not an object"
+    labels = entry.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        return "`labels` is not an object of strings"
+    return None
 
 
 def record_published(path: Path, entries: list[Published]) -> None:
@@ -559,4 +609,4 @@ def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, 
 
 
 def is_digest(text: str) -> bool:
-    return bool(_DIGEST.match(text))
+    return bool(_DIGEST.fullmatch(text))  # fullmatch: "sha256:...\n" is not a digest

@@ -6,15 +6,15 @@ site.yaml, and `--set key=value` options. Mappings merge key by key; lists and s
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from . import yamlsrc
-from .errors import ConfigError, ErrorList, Location, XlaImagesError
+from .errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
 from .flavour import Abi, Channel, WheelSource
 
 DEFAULTS_PATH = Path(__file__).with_name("site_defaults.yaml")
@@ -23,6 +23,15 @@ TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_ke
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
 MATCH_KEYS = {"torch_xla", "abi", "channel"}
+# Settings land in pip.conf, Dockerfile build arguments and lock headers, one per line: whatever the type,
+# no whitespace or control characters (a newline would add a line of its own), and a sane length.
+_PLAIN = re.compile(r"[^\s\x00-\x1f\x7f]{1,2048}")
+# Host paths (ca_bundle, wheelhouse, local find_links) are never written into a config line: spaces are fine.
+_PATH = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
+BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
+URL = re.compile(r"(https?|file)://\S+", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -111,26 +120,30 @@ def load_site(site_path: Path | None, overrides: tuple[str, ...] = (), root: Pat
     for override in overrides:
         key_path, value = parse_override(override)
         merged = _merge(merged, _nest(key_path, value))
-        doc = yamlsrc.YamlDoc(f"--set {override}", merged)
+        doc = yamlsrc.YamlDoc(f"--set {shorten(override, 80)}", merged)
         origin[key_path[0]] = doc
     return _build_site(merged, origin, site_root)
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     """`bases.3.11=img` -> (("bases", "3.11"), "img"). Values are YAML, so lists and mappings work too."""
-    where = Location(f"--set {text}")
+    where = Location(f"--set {shorten(text, 80)}")
     key, sep, raw_value = text.partition("=")
     if not sep or not key:
         raise ConfigError("expected KEY=VALUE", location=where, rule="set-syntax",
                           hint="for example --set registry=127.0.0.1:5000/xla-images")
     head, _, rest = key.partition(".")
     if head not in TOP_KEYS:
-        raise ConfigError(f"unknown site setting {head!r}", location=where, rule="site-unknown-key",
+        raise ConfigError(f"unknown site setting {shown_value(head)}", location=where, rule="site-unknown-key",
                           hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
-    try:
-        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
-    except yaml.YAMLError:
-        value = raw_value
+    value: Any = ""
+    if raw_value.strip():
+        try:  # bounded like a file: an alias bomb in --set is refused, not built
+            value = yamlsrc.loads(raw_value, str(where)).data
+        except ConfigError as error:
+            if error.rule != "yaml-syntax":
+                raise
+            value = raw_value  # not YAML: the text itself (validated as a setting below)
     if head in ("registry", "ca_bundle", "cosign_public_key") or (head == "bases" and rest):
         value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     # Only `bases` is keyed by python version, and those keys contain dots: split once.
@@ -158,7 +171,8 @@ def _check_top(doc: yamlsrc.YamlDoc) -> None:
         raise ConfigError("a site file is a mapping of settings", location=doc.loc(()), rule="site-schema")
     for key in doc.data:
         if key not in TOP_KEYS:
-            raise ConfigError(f"unknown site setting {key!r}", location=doc.loc((key,)), rule="site-unknown-key",
+            raise ConfigError(f"unknown site setting {shown_value(key)}", location=doc.loc((key,)),
+                              rule="site-unknown-key",
                               hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
 
 
@@ -170,23 +184,19 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         return doc.loc((key, *rest)) if doc else Location("site settings")
 
     registry = data.get("registry")
-    if not isinstance(registry, str) or not registry or "/" not in registry:
+    if not isinstance(registry, str) or not _PLAIN.fullmatch(registry) or "/" not in registry:
         errors.append(ConfigError("registry must be HOST[:PORT]/REPOSITORY", location=where("registry"),
                                   rule="site-registry", hint="for example 127.0.0.1:5000/xla-images"))
     ca_setting = data.get("ca_bundle")
     if ca_setting is None:
         ca_setting = "none"
-    if not isinstance(ca_setting, str):
+    if not isinstance(ca_setting, str) or (ca_setting and not _PATH.fullmatch(ca_setting)):
         errors.append(ConfigError("ca_bundle must be a path, `auto` or `none`", location=where("ca_bundle"),
-                                  rule="site-ca-bundle"))
-    bases = data.get("bases")
-    if not isinstance(bases, dict) or not all(isinstance(v, str) and v for v in bases.values()):
-        errors.append(ConfigError("bases maps a python version to an image reference",
-                                  location=where("bases"), rule="site-bases"))
-        bases = {}
+                                  rule="site-ca-bundle", hint="a path without control characters"))
+    bases = _bases(data.get("bases"), where, errors)
     rules = _wheel_sources(data.get("wheel_sources"), where, errors)
     public_key = data.get("cosign_public_key")
-    if public_key is not None and not isinstance(public_key, str):
+    if public_key is not None and (not isinstance(public_key, str) or not _PATH.fullmatch(public_key)):
         errors.append(ConfigError("cosign_public_key must be a path to a cosign public key (or a cosign key URI)",
                                   location=where("cosign_public_key"), rule="site-cosign-public-key"))
     if errors:
@@ -199,6 +209,25 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         root=root,
         cosign_public_key_setting=public_key or None,
     )
+
+
+def _bases(value: Any, where, errors: list[XlaImagesError]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        errors.append(ConfigError("bases maps a python version to an image reference", location=where("bases"),
+                                  rule="site-bases", hint='for example bases: {"3.11": xla-images/base:3.11}'))
+        return {}
+    good = {}
+    for python, image in value.items():
+        if not BASE_PYTHON.fullmatch(str(python)):
+            errors.append(ConfigError(f"bases key {shown_value(python)} is not a python version like 3.11",
+                                      location=where("bases", python), rule="site-bases"))
+        elif not isinstance(image, str) or not _PLAIN.fullmatch(image):
+            errors.append(ConfigError(f"bases.{python} must be an image reference, not {shown_value(image)}",
+                                      location=where("bases", python), rule="site-bases",
+                                      hint="for example python:3.11-slim-bookworm (no spaces)"))
+        else:
+            good[str(python)] = image
+    return good
 
 
 def _wheel_sources(value: Any, where, errors: list[XlaImagesError]) -> list[WheelSourceRule]:
@@ -214,13 +243,62 @@ def _wheel_sources(value: Any, where, errors: list[XlaImagesError]) -> list[Whee
             continue
         unknown = set(entry) - SOURCE_KEYS
         if unknown:
-            errors.append(ConfigError(f"unknown wheel source key(s): {', '.join(sorted(unknown))}", location=loc,
+            shown = ", ".join(shown_value(key, 40) for key in sorted(unknown)[:5])
+            errors.append(ConfigError(f"unknown wheel source key(s): {shown}", location=loc,
                                       rule="site-unknown-key", hint=f"known keys: {', '.join(sorted(SOURCE_KEYS))}"))
             continue
+        before = len(errors)
+        _check_source_fields(entry, lambda key: where("wheel_sources", index, key), errors)
+        if len(errors) > before:
+            continue
         rule = _wheel_source_rule(entry, str(loc), errors)
-        if rule is not None:
+        if rule is not None and any(other.source.name == rule.source.name for other in rules):
+            errors.append(ConfigError(f"two wheel sources are named {rule.source.name}", location=loc,
+                                      rule="site-wheel-sources", hint="give each source its own name"))
+        elif rule is not None:
             rules.append(rule)
     return rules
+
+
+def _check_source_fields(entry: dict[str, Any], where, errors: list[XlaImagesError]) -> None:
+    """Types and shapes of one wheel source's fields; each lands in pip.conf, a lock header or a pin."""
+    def bad(key: str, message: str, hint: str) -> None:
+        errors.append(ConfigError(f"{key} {message}, not {shown_value(entry[key])}", location=where(key),
+                                  rule="site-wheel-sources", hint=hint))
+
+    if "name" in entry and not (isinstance(entry["name"], str) and SOURCE_NAME.fullmatch(entry["name"])):
+        bad("name", "must be a short name (letters, digits, . _ -)", "for example corp-mirror")
+    if entry.get("index_url") is not None and not _is_url(entry["index_url"]):
+        bad("index_url", "must be an http(s) URL", "for example https://pypi.corp.example/simple")
+    for key, fits in (("extra_index_urls", _is_url), ("find_links", _is_link)):
+        value = entry.get(key)
+        items = [value] if isinstance(value, str) else value if isinstance(value, list) else None
+        if value is not None and (items is None or not all(fits(item) for item in items)):
+            bad(key, "must be a URL (find_links: or a folder), or a list of them", "for example [https://host/wheels/]")
+    if entry.get("wheelhouse") is not None and not (isinstance(entry["wheelhouse"], str)
+                                                    and _PATH.fullmatch(entry["wheelhouse"])):
+        bad("wheelhouse", "must be a folder path", "for example wheelhouse/built")
+    for key in ("torch_local", "torch_xla_local"):
+        value = entry.get(key)
+        if value is not None and not (isinstance(value, str) and LOCAL_LABEL.fullmatch(value)):
+            bad(key, "must be a local version label like +cxx11", 'for example torch_local: "+cxx11"')
+    match = entry.get("match")
+    if isinstance(match, dict):
+        if "torch_xla" in match and not isinstance(match["torch_xla"], str):
+            errors.append(ConfigError(f"match.torch_xla must be a quoted specifier, not "
+                                      f"{shown_value(match['torch_xla'])}", location=where("match"),
+                                      rule="site-wheel-sources", hint='for example ">=2.7" or "==2.6.*"'))
+
+
+def _is_url(value: Any) -> bool:
+    return isinstance(value, str) and bool(_PLAIN.fullmatch(value)) and bool(URL.fullmatch(value))
+
+
+def _is_link(value: Any) -> bool:
+    """A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not)."""
+    if not isinstance(value, str):
+        return False
+    return _is_url(value) if "://" in value else bool(_PATH.fullmatch(value))
 
 
 def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesError]) -> WheelSourceRule | None:
@@ -234,19 +312,19 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
                                   rule="site-wheel-sources"))
         return None
     try:
-        specifier = SpecifierSet(str(match.get("torch_xla", "")))
+        specifier = SpecifierSet(str(match.get("torch_xla", ""))[:200])
     except InvalidSpecifier:
-        errors.append(ConfigError(f"bad torch_xla specifier {match.get('torch_xla')!r}", location=loc,
+        errors.append(ConfigError(f"bad torch_xla specifier {shown_value(match.get('torch_xla'))}", location=loc,
                                   rule="site-wheel-sources", hint='for example ">=2.7" or "==2.6.*"'))
         return None
     abi = match.get("abi")
-    if abi is not None and abi not in {a.value for a in Abi}:
-        errors.append(ConfigError(f"unknown abi {abi!r}", location=loc, rule="site-wheel-sources",
+    if abi is not None and (not isinstance(abi, str) or abi not in {a.value for a in Abi}):
+        errors.append(ConfigError(f"unknown abi {shown_value(abi)}", location=loc, rule="site-wheel-sources",
                                   hint="use cxx11 or pre-cxx11"))
         return None
     channel = match.get("channel", Channel.RELEASE.value)
-    if channel not in {c.value for c in Channel}:
-        errors.append(ConfigError(f"unknown channel {channel!r}", location=loc, rule="site-wheel-sources",
+    if not isinstance(channel, str) or channel not in {c.value for c in Channel}:
+        errors.append(ConfigError(f"unknown channel {shown_value(channel)}", location=loc, rule="site-wheel-sources",
                                   hint="use release (the default) or nightly"))
         return None
     source = WheelSource(

@@ -49,7 +49,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .errors import ConfigError, Failure, Location, XlaImagesError
+from . import userfiles
+from .errors import ConfigError, Failure, Location, XlaImagesError, shown_value
 from .flavour import Flavour, WheelSource
 
 if TYPE_CHECKING:  # plan imports render, which imports this module
@@ -81,7 +82,8 @@ PIP_FAST_DEPS = "--use-feature=fast-deps"
 
 _LOCK_LINE = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha256>[0-9a-f]{64})"
-    r"(?:\s+#\s+(?P<filename>\S+\.whl)(?P<local> \(wheelhouse\))?)?\s*$")
+    r"(?:\s+#\s+(?P<filename>[^/\\\s]+\.whl)(?P<local> \(wheelhouse\))?)?\s*$")
+MAX_LOCK_LINE = 1024
 _INPUTS_LINE = re.compile(r"^# inputs: (?P<inputs>sha256:[0-9a-f]{64})\s*$")
 
 
@@ -130,6 +132,9 @@ def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
     inputs = None
     entries = []
     for number, raw in enumerate(text.splitlines(), start=1):
+        if len(raw) > MAX_LOCK_LINE:  # before any regex: generated lines are ~200 characters
+            raise ConfigError(f"line of {len(raw)} characters, longer than any lock line", rule="lock-format",
+                              location=Location(where, number), hint="regenerate it with `./build.py lock`")
         line = raw.strip()
         match = _INPUTS_LINE.match(line)
         if match:
@@ -139,7 +144,8 @@ def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
             continue
         match = _LOCK_LINE.match(line)
         if not match or not match.group("filename"):
-            raise ConfigError(f"not a lock line: {raw!r}", location=Location(where, number), rule="lock-format",
+            raise ConfigError(f"not a lock line: {shown_value(raw, 100)}", location=Location(where, number),
+                              rule="lock-format",
                               hint="locks are generated; regenerate it with `./build.py lock`")
         entries.append(LockEntry(match.group("name"), match.group("version"), match.group("sha256"),
                                  match.group("filename"), bool(match.group("local"))))
@@ -151,8 +157,10 @@ def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
 
 def read_lock(path: Path) -> Lock:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text = userfiles.read_text(path, limit=userfiles.LOCK_LIMIT)
+    except ConfigError as error:
+        if error.rule != "file-exists":
+            raise  # a directory, fifo, binary or oversized file: named with its rule
         raise Failure(f"{path} does not exist", rule="lock-exists",
                       hint=f"run `./build.py lock {path.parent.name}`") from None
     return parse_lock(text, str(path))

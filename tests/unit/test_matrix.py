@@ -139,11 +139,13 @@ def test_exclude_removes_flavours() -> None:
     assert len(flavours) == 9
 
 
-def test_duplicate_tag_is_an_error() -> None:
-    # Two releases of one minor with the same patch cannot exist as YAML keys, but a python listed twice can.
+def test_duplicate_python_is_an_error() -> None:
+    # Two releases of one minor with the same patch cannot exist as YAML keys, but a python listed twice can;
+    # it is refused where it is written (schema-duplicate), before it could expand to two equal tags.
     text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    pythons: ["3.11", "3.11"]')
-    error = only_error(text, "unique-tag")
-    assert "r2.9.0_3.11_tpuvm" in error.message
+    error = only_error(text, "schema-duplicate")
+    assert "3.11" in error.message
+    assert error.location.line == line_of(text, 'pythons: ["3.11", "3.11"]')
 
 
 def test_yaml_syntax_error_has_a_line() -> None:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import click
 
 from ..plan import Plan, load_plan
+from ..userfiles import resolve_path
 
 DEFAULT_SITE = "site.yaml"
 
@@ -26,7 +27,7 @@ def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, matrix_path: Path, site_path: Path | None, overrides: tuple[str, ...],
                 **kwargs: Any) -> Any:
         if site_path is None:
-            candidate = matrix_path.resolve().parent / DEFAULT_SITE
+            candidate = resolve_path(matrix_path).parent / DEFAULT_SITE
             site_path = candidate if candidate.is_file() else None
         plan = load_plan(matrix_path, site_path, overrides)
         return command(*args, plan=plan, **kwargs)

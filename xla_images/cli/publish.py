@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,8 +90,8 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
     if published_path is None and registry_text is None and default_published.is_file():
         published_path = default_published
     if published_path is not None:
-        if not published_path.is_file():
-            raise ConfigError(f"{published_path} does not exist", rule="resolve-source",
+        if not os.path.lexists(published_path):  # anything else that is not a readable file: read_published says
+            raise ConfigError("file not found", location=str(published_path), rule="resolve-source",
                               hint="push first, or resolve from a registry with --registry HOST[:PORT]/REPO")
         return resolving.resolve_published(published_path, filters, _client_for, _say)
     registry = publish.Registry.parse(registry_text or plan.site.registry,

@@ -1,0 +1,327 @@
+"""Hostile input, one case per hole found (issue 11): each is refused with its rule and line, exit 2, quickly.
+
+Cases run through the real CLI (`validate`, `resolve`, `list`) in-process; the ones that would explode
+(alias bombs, deep nesting, endless files) also run in a subprocess under a memory and CPU limit.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hostile_inputs import ROOT, assert_answered, run_cli, run_limited
+from xla_images import publish, wheels, yamlsrc
+from xla_images.errors import ConfigError
+
+MATRIX = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
+# "Billion laughs": nine levels of nine aliases, 9**9 values if it were built.
+BOMB = "".join(f"{name}: &{name} [{', '.join([item] * 9)}]\n"
+               for item, name in zip(['"lol"', *(f"*{prev}" for prev in "abcdefgh")], "abcdefghi"))
+
+
+def edit(old: str, new: str) -> str:
+    assert old in MATRIX, old
+    return MATRIX.replace(old, new, 1)
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(number for number, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+# (case id, matrix text, rule, text on the line the error must name (None: line 1 / whole file))
+MATRIX_CASES = [
+    ("empty-file", "", "schema-missing", None),
+    ("list-at-top", "- schema\n- 1\n", "schema-type", None),
+    ("null-everywhere", "schema: ~\ndefaults: ~\nreleases: ~\nexclude: ~\n", "schema-type", "defaults: ~"),
+    ("schema-float", edit("schema: 1", "schema: 1.0"), "schema-type", "schema: 1.0"),
+    ("schema-bool", edit("schema: 1", "schema: true"), "schema-type", "schema: true"),
+    ("schema-string", edit("schema: 1", 'schema: "1"'), "schema-type", 'schema: "1"'),
+    ("schema-2", edit("schema: 1", "schema: 2"), "schema-version", "schema: 2"),
+    ("alias-bomb", BOMB, "yaml-aliases", "e: &e"),  # 9**5 values pass the limit: refused there
+    ("self-alias", "schema: 1\nreleases: &r\n  x: *r\n", "yaml-aliases", "x: *r"),
+    ("deep-sequence", "schema: " + "[" * 5000 + "]" * 5000 + "\n", "yaml-depth", None),
+    ("deep-mapping", "".join("  " * i + f"k{i}:\n" for i in range(200)), "yaml-depth", "k31:"),
+    ("deep-by-alias", "a: &a [[[[[[[[[[1]]]]]]]]]]\nb: &b [*a, [[[[[[[[[[*a]]]]]]]]]]]\n"
+                      "c: &c [*b, [[[[[[[[[[*b]]]]]]]]]]]\nd: [*c, [[[[[[[[[[*c]]]]]]]]]]]\n", "yaml-depth", "c:"),
+    ("python-tag", "schema: !!python/object/apply:os.system [ls]\n", "yaml-tag", "schema"),
+    ("custom-tag", edit('torch: "2.9.0"', "torch: !version 2.9.0"), "yaml-tag", "torch: !version"),
+    ("long-tag", "schema: !" + "t" * 100_000 + " 1\n", "yaml-tag", None),
+    ("binary-tag", "schema: !!binary aGVsbG8=\n", "yaml-tag", None),
+    ("set-tag", "releases: !!set {a, b}\n", "yaml-tag", None),
+    ("duplicate-key", MATRIX + "exclude: []\n", "yaml-duplicate-key", "exclude: []"),
+    ("default-abi-not-built", edit("  default_abi: cxx11\n", "  default_abi: pre-cxx11\n"), "abi-default",
+     "  default_abi: pre-cxx11"),
+    ("release-default-abi-not-built",
+     edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    default_abi: pre-cxx11  # not built\n'),
+     "abi-default", "# not built"),
+    ("latest-python-not-built", edit('latest_python: "3.11"', 'latest_python: "3.8"'), "latest-python",
+     'latest_python: "3.8"'),
+    ("python-twice", edit('"3.9", "3.10"', '"3.9", "3.9"'), "schema-duplicate", "pythons: [\"3.9\", \"3.9\""),
+    ("accelerator-twice", edit("accelerators: [tpu, cpu]", "accelerators: [tpu, tpu]"), "schema-duplicate",
+     "accelerators: [tpu, tpu]"),
+    ("bool-python", edit('"3.9", "3.10"', 'yes, "3.10"'), "schema-type", 'yes, "3.10"'),
+    ("nan-python", edit('latest_python: "3.11"', "latest_python: .nan"), "version-format", "latest_python"),
+    ("inf-torch", edit('torch: "2.9.0"', "torch: .inf"), "version-format", "torch: .inf"),
+    ("octal-libtpu", edit('libtpu: "0.0.21"', "libtpu: 010"), "version-format", "libtpu: 010"),
+    ("date-libtpu", edit('libtpu: "0.0.21"', "libtpu: 2024-01-01"), "schema-type", "libtpu: 2024"),
+    ("impossible-date", edit('libtpu: "0.0.21"', "libtpu: 2024-13-45"), "yaml-value", "libtpu: 2024"),
+    ("huge-int", edit('torch: "2.9.0"', "torch: " + "1" * 5000), "yaml-value", "torch: 111"),
+    ("unicode-digits", edit('"2.9.0":\n', '"\u0662.\u0669.\u0660":\n'), "version-format", '"\u0662.'),
+    ("unicode-digits-everywhere",  # \d matched them, then Version() raised a traceback
+     edit('"2.9.0":\n    torch: "2.9.0"', '"\u0662.\u0669.\u0660":\n    torch: "\u0662.\u0669.\u0660"'),
+     "version-format", 'torch: "\u0662'),
+    ("newline-in-key", edit('"2.9.0":\n', '"2.9.0\\n":\n'), "version-format", '"2.9.0\\n"'),
+    ("newline-in-torch", edit('torch: "2.9.0"', 'torch: "2.9.0\\n"'), "version-format", 'torch: "2.9.0\\n"'),
+    ("shell-in-git-rev", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: 'v2.9.1; curl x|sh'"), "git-rev",
+     "pytorch_git_rev: 'v2.9.1;"),
+    ("huge-git-rev", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: " + "a" * 200_000), "git-rev",
+     "pytorch_git_rev: aaa"),
+    ("list-in-exclude", edit('{python: "3.9", accelerator: cpu}', '{python: ["3.9"], accelerator: cpu}'),
+     "schema-type", '{python: ["3.9"]'),
+    ("thousands-of-flavours", edit('["3.9", "3.10", "3.11", "3.12", "3.13"]',
+                                   "[" + ", ".join(f'"3.{minor}"' for minor in range(9, 999)) + "]")
+     .replace('python_support: ">=3.10,<3.14"', 'python_support: ">=3.10"'), "matrix-size", "releases:"),
+    ("merge-key", "a: &a {x: 1}\nb:\n  <<: *a\n", "yaml-key", "<<"),
+    ("complex-key", "? [a, b]\n: 1\n", "yaml-key", None),
+    ("two-documents", MATRIX + "---\nschema: 1\n", "yaml-syntax", "---"),
+    ("control-character", "schema: 1\x07\n", "yaml-syntax", None),
+]
+
+
+@pytest.mark.parametrize("text, rule, needle", [case[1:] for case in MATRIX_CASES], ids=[c[0] for c in MATRIX_CASES])
+def test_hostile_matrix_is_refused_with_rule_and_line(tmp_path: Path, text: str, rule: str, needle: str | None) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text, encoding="utf-8")
+    outcome = run_cli("validate", "--matrix", str(path))
+    assert outcome.code == 2, outcome.err
+    assert_answered(outcome)
+    assert rule in outcome.rules, outcome.err
+    line = line_of(text, needle) if needle else 1
+    assert f"{path}:{line}: error [{rule}]" in outcome.err, outcome.err
+
+
+def test_values_as_written_are_still_accepted(tmp_path: Path) -> None:
+    # What strictness must not break: unquoted pythons, a BOM, CRLF line ends, float-looking exclude values.
+    for name, text in {"unquoted": edit('["3.9", "3.10", "3.11", "3.12", "3.13"]', "[3.9, 3.10, 3.11, 3.12, 3.13]"),
+                       "bom": "\ufeff" + MATRIX, "crlf": MATRIX.replace("\n", "\r\n"),
+                       "float-exclude": edit('{python: "3.9", accelerator: cpu}', "{python: 3.9, accelerator: cpu}")
+                       }.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text, encoding="utf-8", newline="")
+        outcome = run_cli("validate", "--matrix", str(path))
+        assert outcome.code == 0, (name, outcome.err)
+        assert "valid, 30 flavour(s)" in outcome.out
+
+
+# --- path arguments ---------------------------------------------------------------------------------------
+
+def _path_of_kind(tmp_path: Path, kind: str) -> Path:
+    target = tmp_path / kind
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink-loop":
+        target.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(target)
+    elif kind == "binary":
+        target.write_bytes(b"schema: 1\n\x00\x01\x02" * 10)
+    elif kind == "latin-1":
+        target.write_bytes("schema: 1\n# caf\u00e9\n".encode("latin-1"))
+    elif kind == "oversized":
+        target.write_text("# padding\n" * 1_000_000)  # 10 MB: over every input's limit
+    elif kind == "device":
+        return Path("/dev/zero")
+    return target
+
+
+PATH_KINDS = {"directory": "file-type", "fifo": "file-type", "symlink-loop": "file-readable",
+              "binary": "file-encoding", "latin-1": "file-encoding", "oversized": "file-size",
+              "device": "file-type", "missing": "file-exists"}
+
+
+@pytest.mark.parametrize("option", ["--matrix", "--site", "--published"])
+@pytest.mark.parametrize("kind", sorted(PATH_KINDS))
+def test_every_path_option_refuses_what_is_not_a_small_text_file(tmp_path: Path, option: str, kind: str) -> None:
+    path = _path_of_kind(tmp_path, kind)
+    if option == "--published":
+        args = ["resolve", "--matrix", str(ROOT / "matrix.yaml"), "--published", str(path)]
+        if kind == "missing":
+            assert run_cli(*args).code == 2  # its own rule: resolve-source
+            return
+    else:
+        args = ["validate", option, str(path)] + (["--matrix", str(ROOT / "matrix.yaml")] if option == "--site" else [])
+    outcome = run_cli(*args)
+    assert outcome.code == 2, outcome.err
+    assert_answered(outcome)
+    assert PATH_KINDS[kind] in outcome.rules, outcome.err
+
+
+# --- site.yaml and --set -------------------------------------------------------------------------------------
+
+SITE_CASES = [
+    ("newline-in-base", 'bases: {"3.11": "python:3.11\\nRUN curl x | sh"}\n', "site-bases", "bases"),
+    ("base-key-not-python", "bases: {latest: python:3.11}\n", "site-bases", "bases"),
+    ("source-name-with-space", "wheel_sources:\n  - name: a b\n", "site-wheel-sources", "name: a b"),
+    ("index-url-not-http", "wheel_sources:\n  - name: a\n    index_url: 'ftp://x\n      y'\n", "site-wheel-sources",
+     "index_url"),
+    ("local-label-without-plus", "wheel_sources:\n  - name: a\n    torch_local: cxx11\n", "site-wheel-sources",
+     "torch_local"),
+    ("float-specifier", "wheel_sources:\n  - name: a\n    match: {torch_xla: 2.7}\n", "site-wheel-sources", "match"),
+    ("find-links-mapping", "wheel_sources:\n  - name: a\n    find_links: [{x: 1}]\n", "site-wheel-sources",
+     "find_links"),
+    ("two-sources-one-name", "wheel_sources:\n  - name: a\n  - name: a  # again\n", "site-wheel-sources", "again"),
+    ("nul-in-ca-bundle", 'ca_bundle: "a\\0b"\n', "site-ca-bundle", "ca_bundle"),
+    ("space-in-registry", "registry: host/ repo\n", "site-registry", "registry"),
+    ("site-bomb", BOMB.replace("a: &a", "bases: &a"), "yaml-aliases", "e: &e"),
+    ("site-list", "- registry\n", "site-schema", None),
+]
+
+
+@pytest.mark.parametrize("text, rule, needle", [case[1:] for case in SITE_CASES], ids=[c[0] for c in SITE_CASES])
+def test_hostile_site_is_refused_with_rule_and_line(tmp_path: Path, text: str, rule: str, needle: str | None) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(text, encoding="utf-8")
+    outcome = run_cli("validate", "--matrix", str(ROOT / "matrix.yaml"), "--site", str(site))
+    assert outcome.code == 2, outcome.err
+    assert_answered(outcome)
+    line = line_of(text, needle) if needle else 1
+    assert f"{site}:{line}: error [{rule}]" in outcome.err, outcome.err
+
+
+SET_CASES = [
+    ("set-aliases", "wheel_sources=[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+                    "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+                    "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]]", "yaml-aliases"),
+    ("set-tag", "bases={3.11: !!python/name:os.system x}", "yaml-tag"),
+    ("set-deep", "wheel_sources=" + "[" * 3000 + "]" * 3000, "yaml-depth"),
+    ("set-space-in-base", "bases.3.11=a b", "site-bases"),
+    ("set-unknown", "registri=x/y", "site-unknown-key"),
+    ("set-no-equals", "registry", "set-syntax"),
+]
+
+
+@pytest.mark.parametrize("override, rule", [case[1:] for case in SET_CASES], ids=[c[0] for c in SET_CASES])
+def test_hostile_set_is_refused_with_rule(override: str, rule: str) -> None:
+    outcome = run_cli("validate", "--matrix", str(ROOT / "matrix.yaml"), "--set", override)
+    assert outcome.code == 2, outcome.err
+    assert_answered(outcome)
+    assert rule in outcome.rules, outcome.err
+    assert len(outcome.err) < 2000  # the value is not echoed back in full
+
+
+# --- published.json ------------------------------------------------------------------------------------------
+
+DIGEST = "sha256:" + "a" * 64
+GOOD_ENTRY = {"tag": "r2.9.0_3.11_cpu", "tags": ["r2.9.0_3.11_cpu"], "registry": "127.0.0.1:9/x", "digest": DIGEST,
+              "ref": f"127.0.0.1:9/x@{DIGEST}", "labels": {}, "flavour": {"python": "3.11"}, "pushed_at": ""}
+
+
+def _published(**entry_changes: object) -> str:
+    entry = {**GOOD_ENTRY, **entry_changes}
+    return json.dumps({"schema": 1, "flavours": {"r2.9.0_3.11_cpu": entry}}, indent=2)
+
+
+PUBLISHED_CASES = [
+    ("top-level-list", "[]", "the top level is a list"),
+    ("top-level-string", '"published"', "the top level is a str"),
+    ("schema-true", '{"schema": true, "flavours": {}}', "schema is True"),
+    ("schema-float", '{"schema": 1.0, "flavours": {}}', "schema is 1.0"),
+    ("schema-2", '{"schema": 2, "flavours": {}}', "schema is 2"),
+    ("flavours-list", '{"schema": 1, "flavours": []}', "`flavours` is not an object"),
+    ("digest-is-a-tag", _published(digest="latest"), "is not a sha256:<64 hex> digest"),
+    ("digest-newline", _published(digest=DIGEST + "\n"), "is not a sha256:<64 hex> digest"),
+    ("tags-string", _published(tags="r2.9.0_3.11_cpu"), "`tags` is not a list"),
+    ("flavour-null", _published(flavour=None), "`flavour` is not an object"),
+    ("tag-mismatch", _published(tag="latest"), "its `tag` is 'latest'"),
+    ("nan", '{"schema": NaN, "flavours": {}}', "NaN is not a value"),
+    ("deep", "[" * 100_000 + "]" * 100_000, "recursion"),
+    ("syntax", '{"schema": 1,\n "flavours": {', "Expecting property name"),
+]
+
+
+@pytest.mark.parametrize("text, message", [case[1:] for case in PUBLISHED_CASES], ids=[c[0] for c in PUBLISHED_CASES])
+def test_hostile_published_json_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "published.json"
+    path.write_text(text)
+    outcome = run_cli("resolve", "--matrix", str(ROOT / "matrix.yaml"), "--published", str(path))
+    assert outcome.code == 2, outcome.err
+    assert_answered(outcome)
+    assert "published-format" in outcome.rules
+    assert message in outcome.err
+
+
+def test_a_good_published_json_still_parses() -> None:
+    entries = publish.parse_published(_published(), "p.json")
+    assert entries["r2.9.0_3.11_cpu"].digest == DIGEST
+
+
+# --- lock files ----------------------------------------------------------------------------------------------
+
+LOCK = (ROOT / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock").read_text()
+
+
+@pytest.mark.parametrize("text, line", [
+    (LOCK.replace("  # torch-", "  # ../../../etc/torch-", 1), "../../../etc/torch-"),
+    (LOCK + "x" * 100_000 + "\n", "xxxx"),
+    (LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "  #" + " " * 5000 + "x\n", "  #   "),
+], ids=["path-in-wheel-name", "huge-line", "long-whitespace"])
+def test_hostile_lock_lines_are_refused_with_line(text: str, line: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        wheels.parse_lock(text, "requirements.lock")
+    assert caught.value.rule == "lock-format"
+    assert caught.value.location.line == line_of(text, line)
+    assert len(caught.value.render()) < 1000
+
+
+@pytest.mark.parametrize("kind, state", [("directory", "missing"), ("fifo", "missing"), ("binary", "stale"),
+                                         ("oversized", "stale")])
+def test_a_lock_that_is_not_a_text_file_is_missing_or_stale(tmp_path: Path, kind: str, state: str) -> None:
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    lock = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock"
+    lock.parent.mkdir(parents=True)
+    made = _path_of_kind(tmp_path, kind)
+    made.rename(lock)
+    if kind == "oversized":
+        lock.write_text(LOCK + "#\n" * 600_000)
+    outcome = run_cli("list", "--json", "--matrix", str(tmp_path / "matrix.yaml"), "--torch-xla", "2.9",
+                      "--python", "3.11", "--accelerator", "cpu")
+    assert outcome.code == 0, outcome.err
+    assert json.loads(outcome.out)[0]["lock"] == state
+
+
+# --- bounded memory and time, proven in a limited subprocess ------------------------------------------------
+
+@pytest.mark.parametrize("case", ["alias-bomb", "deep-sequence", "self-alias", "long-tag", "huge-git-rev"])
+def test_explosive_matrices_answer_within_memory_and_cpu_limits(tmp_path: Path, case: str) -> None:
+    text = next(item[1] for item in MATRIX_CASES if item[0] == case)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    outcome = run_limited("validate", "--matrix", str(path))
+    assert outcome.code == 2, outcome.err  # a built bomb would die of the limits (exit -9 / MemoryError)
+    assert_answered(outcome)
+
+
+def test_endless_and_blocking_paths_answer_within_limits(tmp_path: Path) -> None:
+    fifo = _path_of_kind(tmp_path, "fifo")
+    for path in (fifo, Path("/dev/zero"), Path("/dev/urandom")):
+        outcome = run_limited("validate", "--matrix", str(path), timeout=30)
+        assert outcome.code == 2, outcome.err
+        assert "file-type" in outcome.rules
+
+
+def test_set_bomb_answers_within_limits() -> None:
+    override = next(case[1] for case in SET_CASES if case[0] == "set-aliases")
+    outcome = run_limited("validate", "--set", override)
+    assert outcome.code == 2, outcome.err
+    assert "yaml-aliases" in outcome.rules
+
+
+def test_yaml_limits_are_checked_on_the_composed_graph_not_the_data() -> None:
+    # Nine levels of nine aliases: 9**9 values if built. The refusal must come from counting, at once.
+    with pytest.raises(ConfigError) as caught:
+        yamlsrc.loads(BOMB, "bomb.yaml")
+    assert caught.value.rule == "yaml-aliases"
+    assert caught.value.location.line <= 6  # refused while composing, well before the last line
