@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from . import wheels
+from . import layers, wheels
 from .errors import ConfigError
 from .flavour import LABEL_PREFIX, Flavour, default_base_image
 
@@ -41,6 +41,10 @@ VENV = "/opt/venv"
 FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
 # build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins).
 PYELFTOOLS_PIN = "pyelftools==0.33"
+# The wheels stage runs xla_images/layers.py under this name (build.write_context copies it into the context).
+SPLIT_SCRIPT = "split_layers.py"
+# Every file of every layer gets this mtime (and pip hash-based .pyc): 1980-01-01, the oldest a zip can hold.
+SOURCE_DATE_EPOCH = 315532800
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,20 @@ def template_context(flavour: Flavour) -> dict[str, Any]:
         "image_pip": wheels.IMAGE_PIP_DIR,
         "image_wheelhouse": wheels.IMAGE_WHEELHOUSE,
         "pyelftools_pin": PYELFTOOLS_PIN,
+        "split_script": SPLIT_SCRIPT,
+        "pip_secret": wheels.PIP_SECRET,
+        "ca_secret": wheels.CA_SECRET,
+        "layers_dir": layers.LAYERS_DIR,
+        "venv_parent": str(Path(VENV).parent),
+        "source_date_epoch": SOURCE_DATE_EPOCH,
+        "roots": layer_roots(flavour),
+        "layers": layers.layer_names(len(layer_roots(flavour))),
     }
+
+
+def layer_roots(flavour: Flavour) -> list[str]:
+    """The wheel groups' roots, in layer order (names only: the pins' local versions belong to the site)."""
+    return ["torch", "torch_xla", *(["libtpu"] if flavour.libtpu else [])]
 
 
 def _render(template: str, context: dict[str, Any]) -> str:

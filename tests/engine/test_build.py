@@ -46,7 +46,7 @@ def test_build_tags_flavour_and_aliases_with_labels(built) -> None:
             assert engine.image_inspect(build.local_ref(flavour, alias))["Id"] == attrs["Id"]
         log = plan.root / "reports" / flavour.tag / "build.log"
         text = log.read_text()
-        assert "Successfully built" in text and f"id {flavour.id}" in text
+        assert f"image {attrs['Id']}" in text and f"id {flavour.id}" in text
 
 
 def test_image_holds_the_locked_wheels(built) -> None:
