@@ -37,7 +37,8 @@ from .errors import Failure
 from .flavour import LABEL_PREFIX, Flavour
 from .plan import Plan
 
-LOCAL_REPOSITORY = "xla-images"
+# Where `build` leaves images; a benchmark or a second checkout on a shared engine may set its own.
+LOCAL_REPOSITORY = os.environ.get("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images")
 FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
 REPORTS = "reports"
 BUILD_LOG = "build.log"

@@ -821,14 +821,30 @@ def remove_image(ref: str, *, force: bool = False) -> bool:
         raise Failure(f"cannot remove {ref}: {_short(error)}", rule="engine-remove") from None
 
 
-def push_image(repository: str, tag: str, auth_config: dict | None, on_line: LineSink | None = None) -> str:
-    """Push `repository:tag`; return the manifest digest the engine reports. Errors become Failures."""
+# Push progress statuses: the engine HEADs each blob first and uploads only what the registry lacks.
+PUSH_UPLOADED = "Pushed"
+PUSH_PRESENT = ("Layer already exists", "Mounted from")
+
+
+def push_image(repository: str, tag: str, auth_config: dict | None, on_line: LineSink | None = None,
+               layer_status: dict[str, str] | None = None) -> str:
+    """Push `repository:tag`; return the manifest digest the engine reports. Errors become Failures.
+
+    `layer_status`, when given, receives per layer (the first 12 hex of its diff id, as the engine names it)
+    `uploaded` or `present`: what the registry already had by digest was not sent again.
+    """
     digest = None
     try:
         for event in api().push(repository, tag=tag, stream=True, decode=True, auth_config=auth_config):
             if "error" in event:
                 raise Failure(f"push of {repository}:{tag} failed: {event['error'].strip()}", rule="push",
                               hint=_registry_hint(repository))
+            status = str(event.get("status") or "")
+            if layer_status is not None and event.get("id"):
+                if status == PUSH_UPLOADED:
+                    layer_status[str(event["id"])] = "uploaded"
+                elif status.startswith(PUSH_PRESENT):
+                    layer_status[str(event["id"])] = "present"
             digest = (event.get("aux") or {}).get("Digest", digest)
             if on_line is not None and event.get("status") and not event.get("progressDetail"):
                 on_line(f"  {event.get('id', '')} {event['status']}".rstrip())

@@ -8,10 +8,14 @@ The real torch_xla flavours are measured by benchmarks/bench_layers.py and the e
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from xla_images import build, engine
+from xla_images import build, engine, publish
 from xla_images.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
@@ -101,6 +105,40 @@ def test_classic_builder_still_builds_a_flavour(make_project, monkeypatch, dangl
                                role="test")
     assert run.exit_code == 0, run.output
     assert not dangling_images()
+
+
+@pytest.fixture
+def own_registry(tmp_path: Path):
+    """A docker-registry of this test's own (ci/registry.sh on a free port, state in tmp_path)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PORT": str(port), "XLA_IMAGES_STATE": str(tmp_path / "state")}
+    script = Path(__file__).resolve().parents[2] / "ci" / "registry.sh"
+    started = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr
+    try:
+        yield publish.Registry.parse(f"127.0.0.1:{port}/xla-images-layers-test")
+    finally:
+        subprocess.run(["bash", str(script), "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_second_flavour_of_a_release_uploads_only_its_own_layer(pair, own_registry) -> None:
+    client = publish.RegistryClient(own_registry)
+    transfers: dict[str, publish.Transfer] = {}
+    cpu, tpu = pair.flavour(RELEASE, "cpu"), pair.flavour(RELEASE, "tpu")
+    lines: list[str] = []
+    for flavour in (cpu, tpu):
+        publish.push_flavour(flavour, own_registry, client, None, lines.append, transfers)
+    first, second = transfers[cpu.tag], transfers[tpu.tag]
+    assert first.present_layers == 0 and first.uploaded_layers == len(set(_layers(pair, "cpu")))
+    # Only libtpu's layer is new to the registry; every other blob is found by digest and not sent.
+    assert second.uploaded_layers == 1, second
+    assert second.present_layers == first.uploaded_layers
+    assert second.present_bytes == first.uploaded_bytes
+    libtpu_blob = client.manifest(tpu.tag)["layers"][-2]
+    assert second.uploaded_bytes == libtpu_blob["size"]
+    assert any(f"{tpu.tag}: uploaded" in line and "already present" in line for line in lines), lines
 
 
 def _cached_steps(log: str) -> list[str]:
