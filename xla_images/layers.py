@@ -9,8 +9,10 @@ How the grouping is decided (never by hand per release):
   * the roots are the flavour's requirements, in order: torch, torch_xla, then libtpu (tpu flavours);
   * `torch-any`: the dependency closure of torch (Requires-Dist, markers evaluated in the image) restricted to
     python-independent wheels (WHEEL tag `py*-none-*`): the CUDA/nvidia libraries, sympy, networkx... — the
-    biggest and most stable bytes, shared by every flavour whose torch pins the same versions;
-  * `torch`: the rest of torch's closure (torch, triton: python-specific wheels);
+    biggest and most stable bytes, stored under PURE_DIR (not the python's site-packages), so every flavour
+    whose torch pins the same versions shares this layer, whatever its python;
+  * `torch`: the rest of torch's closure (torch, triton: python-specific wheels), plus the site-packages
+    symlinks to PURE_DIR and the .pyc files of the moved modules;
   * `torch_xla`: torch_xla's closure minus the above, plus any locked wheel no root reaches;
   * `libtpu`: libtpu's closure minus the above (tpu flavours only), last, so a cpu flavour's layers are a
     prefix of its tpu sibling's.
@@ -41,6 +43,14 @@ GROUPS: tuple[tuple[str, int, str], ...] = (
 LAYERS_DIR = "/layers"
 # The group that takes locked wheels no root reaches (it exists in every flavour: cpu and tpu agree on it).
 LEFTOVER_GROUP = "torch_xla"
+# The python-independent group's files live here instead of site-packages (which names the python): the same
+# bytes at the same path for every python, so flavours of one release and different pythons share that layer.
+# site-packages keeps a symlink per top-level entry (RPATHs like torch's $ORIGIN/../../nvidia/... still resolve,
+# and imports, metadata and tracebacks see the usual paths); those symlinks and the python-specific .pyc files
+# compiled for the moved modules go into the next (python-specific) layer.
+PURE_DIR = "/opt/xla-images/any"
+PURE_GROUP = "torch-any"
+PURE_EXTRAS_GROUP = "torch"
 # Each layer tree also holds <venv>/MANIFEST_DIR/<group>.json (its wheels and bytes): the image says what is in
 # which layer, and no group is ever an empty COPY (the classic builder cannot commit an empty layer).
 MANIFEST_DIR = "xla-images-layers"
@@ -123,7 +133,10 @@ def _files_of(dist, site_packages: Path) -> list[Path]:
 
 
 def _move(path: Path, layer: Path) -> int:
-    target = layer / path.relative_to("/")
+    return _move_to(path, layer / path.relative_to("/"))
+
+
+def _move_to(path: Path, target: Path) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     size = path.lstat().st_size
     os.replace(path, target)
@@ -148,20 +161,55 @@ def _new_files(venv: Path, baseline: set[str]) -> list[Path]:
     return sorted(found)
 
 
+def _top(path: Path, site_packages: Path) -> str | None:
+    """The top-level site-packages entry `path` belongs to (None: outside site-packages, e.g. bin/)."""
+    try:
+        return path.relative_to(site_packages).parts[0]
+    except ValueError:
+        return None
+
+
+def _relocatable(groups: dict[str, list[str]], dists: dict, site_packages: Path) -> set[str]:
+    """Distributions of PURE_GROUP whose top-level entries no distribution of another group shares."""
+    others = {_top(path, site_packages) for name, members in groups.items() if name != PURE_GROUP
+              for dist in members for path in _files_of(dists[dist], site_packages)}
+    return {dist for dist in groups.get(PURE_GROUP, [])
+            if not ({_top(path, site_packages) for path in _files_of(dists[dist], site_packages)} & others)}
+
+
+def _place(path: Path, site_packages: Path, group: str, moved: bool) -> tuple[str, Path]:
+    """(layer, path in the image) of one installed file (see PURE_DIR)."""
+    top = _top(path, site_packages)
+    if not moved or top is None:
+        return (PURE_EXTRAS_GROUP if moved else group), path
+    target = Path(PURE_DIR) / path.relative_to(site_packages)
+    return (PURE_EXTRAS_GROUP if path.suffix == ".pyc" else group), target
+
+
 def split(site_packages: Path, venv: Path, out: Path, roots: list[str], locked: set[str], baseline: set[str],
           epoch: int) -> dict[str, dict]:
     dists = _distributions(site_packages)
     groups = assign_groups(roots, dists, locked)
-    report: dict[str, dict] = {}
-    for name in layer_names(len(roots)):
-        layer = out / name
-        layer.mkdir(parents=True, exist_ok=True)
-        size = 0
+    moved = _relocatable(groups, dists, site_packages)
+    sizes = {name: 0 for name in layer_names(len(roots))}
+    tops: set[str] = set()
+    for name in sizes:
+        (out / name).mkdir(parents=True, exist_ok=True)
         for dist in groups[name]:
             for path in _files_of(dists[dist], site_packages):
-                size += _move(path, layer)
+                layer, target = _place(path, site_packages, name, dist in moved)
+                if dist in moved and _top(path, site_packages) is not None:
+                    tops.add(_top(path, site_packages))
+                sizes[layer] += _move_to(path, out / layer / target.relative_to("/"))
+    for top in sorted(tops):
+        link = out / PURE_EXTRAS_GROUP / site_packages.relative_to("/") / top
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(PURE_DIR) / top)
+    report: dict[str, dict] = {}
+    for name, size in sizes.items():
         report[name] = {"distributions": groups[name], "bytes": size,
                         "versions": {dist: dists[dist].version for dist in groups[name]}}
+    report[PURE_GROUP]["moved_to_" + PURE_DIR] = sorted(moved)
     # What pip wrote that no RECORD lists (there should be nothing): with the leftovers, not lost.
     stray = _new_files(venv, baseline)
     for path in stray:
