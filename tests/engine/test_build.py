@@ -251,10 +251,17 @@ def _wait_for_step(log: Path, words: str, process: subprocess.Popen, timeout: fl
         assert process.poll() is None, f"build ended before the step: {process.communicate()}"
         if log.is_file():
             lines = log.read_text().splitlines()
+            # Classic builder: "Step N/M : RUN ..." then " ---> Running in <container>".
             step = next((index for index, line in enumerate(lines) if line.startswith("Step ") and words in line),
                         None)
             if step is not None and any(line.startswith(" ---> Running in") for line in lines[step + 1:]):
                 return
+            # BuildKit: "#N [stage i/n] RUN ..." then the step's own output lines "#N <seconds> ...".
+            step = next((index for index, line in enumerate(lines) if "] RUN " in line and words in line), None)
+            if step is not None:
+                prefix = lines[step].split(" ", 1)[0] + " "
+                if any(line.startswith(prefix) and line[len(prefix):][:1].isdigit() for line in lines[step + 1:]):
+                    return
         time.sleep(0.05)
     raise AssertionError(f"the build never reached {words!r}")
 
