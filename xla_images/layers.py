@@ -161,12 +161,19 @@ def _new_files(venv: Path, baseline: set[str]) -> list[Path]:
     return sorted(found)
 
 
+# site-packages/__pycache__ holds the .pyc files of every top-level module, whoever installed it: it stays a
+# directory (those .pyc files keep their place, in the python-specific layer), never a symlink.
+SHARED_TOPS = frozenset({"__pycache__"})
+
+
 def _top(path: Path, site_packages: Path) -> str | None:
-    """The top-level site-packages entry `path` belongs to (None: outside site-packages, e.g. bin/)."""
+    """The top-level site-packages entry `path` belongs to (None: outside site-packages, e.g. bin/, or in a
+    directory every distribution shares)."""
     try:
-        return path.relative_to(site_packages).parts[0]
+        top = path.relative_to(site_packages).parts[0]
     except ValueError:
         return None
+    return None if top in SHARED_TOPS else top
 
 
 def _relocatable(groups: dict[str, list[str]], dists: dict, site_packages: Path) -> set[str]:
@@ -174,7 +181,7 @@ def _relocatable(groups: dict[str, list[str]], dists: dict, site_packages: Path)
     others = {_top(path, site_packages) for name, members in groups.items() if name != PURE_GROUP
               for dist in members for path in _files_of(dists[dist], site_packages)}
     return {dist for dist in groups.get(PURE_GROUP, [])
-            if not ({_top(path, site_packages) for path in _files_of(dists[dist], site_packages)} & others)}
+            if not ({_top(path, site_packages) for path in _files_of(dists[dist], site_packages)} & others - {None})}
 
 
 def _place(path: Path, site_packages: Path, group: str, moved: bool) -> tuple[str, Path]:
