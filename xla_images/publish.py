@@ -435,10 +435,11 @@ def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
         status: dict[str, str] = {}
         digest = _push_tag(image, registry, flavour.tag, auth, progress, status)
         _verify(client, registry, flavour.tag, digest)
-        transfer = transfer_of(engine.image_layers(image), client.manifest(digest), status)
-        if transfers is not None:
-            transfers[flavour.tag] = transfer
-        progress(f"{flavour.tag}: {transfer.describe()}")
+        if status:  # the engine reported per layer (it always does; a fake in unit tests may not)
+            transfer = transfer_of(engine.image_layers(image), client.manifest(digest), status)
+            if transfers is not None:
+                transfers[flavour.tag] = transfer
+            progress(f"{flavour.tag}: {transfer.describe()}")
         progress(f"{flavour.tag}: verified {registry.digest_ref(digest)}")
         for alias in flavour.aliases:
             alias_digest = _push_tag(image, registry, alias, auth, progress)
