@@ -135,6 +135,8 @@ def make_wheel(directory: Path, name: str, version: str, *, marker: str = "", pa
     dist_info = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": f"__version__ = {version!r}\nMARKER = {marker!r}\n".encode(),
+        # A top-level module too (its .pyc lands in site-packages/__pycache__, which every wheel shares).
+        f"{name}_top.py": f"NAME = {name!r}\n".encode(),
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: xla-images-tests\nRoot-Is-Purelib: true\n"
                               b"Tag: py3-none-any\n",

@@ -64,6 +64,14 @@ def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None
     log = (pair.root / "reports" / pair.flavour(RELEASE, "tpu").tag / "build.log").read_text()
     assert "layer libtpu: " in log and "wheel(s): libtpu" in log, "the split did not report libtpu's group"
     assert "layer torch-any: " in log and "wheel(s): torch\n" in log.replace("\r", "")
+    # torch (python-independent here) lives under /opt/xla-images/any; site-packages links to it, and the
+    # top-level modules of both groups import, their .pyc files in the one site-packages/__pycache__.
+    run = engine.run_container(build.local_ref(pair.flavour(RELEASE, "tpu")), ["python", "-c", (
+        "import torch, torch_top, torch_xla_top, libtpu, os, importlib.metadata as m;"
+        "print(os.path.realpath(torch.__file__), m.version('torch'), torch_top.NAME, torch_xla_top.NAME)")],
+        role="test")
+    assert run.exit_code == 0, run.output
+    assert run.output.split() == ["/opt/xla-images/any/torch/__init__.py", RELEASE, "torch", "torch_xla"]
 
 
 def test_rebuild_from_no_cache_gives_the_same_layer_digests(pair) -> None:
