@@ -138,6 +138,11 @@ def main() -> int:
             say(f"registry storage {stored / 1e9:.2f} GB for {len(pushed)} flavours whose images sum to "
                 f"{total / 1e9:.2f} GB compressed: ratio {stored / total:.2f}")
         if "bake" in steps:
+            if "build" not in steps:  # bake alone: the cpu flavour built by build.py first, to compare with
+                (result,) = build.build_flavours(plan, [flavours[CPU]], options, log)
+                if result.outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED):
+                    say(f"build of {CPU} failed: {result.message}")
+                    return 1
             contexts = work / "bake"
             override = cigen.assemble_bake_contexts(plan, [flavours[CPU]], contexts)
             target = cigen.bake_target_name(flavours[CPU])
