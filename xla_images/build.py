@@ -4,9 +4,12 @@ How a flavour is built (CONTRACTS "Build context"):
   1. skip it when `xla-images:<tag>` already carries the flavour's content-addressed id (unless forced);
   2. check its committed lock is fresh, pick its base image (site base if present or pullable, else the
      bootstrapped `xla-images/base:<python>`), write a context to a temp dir;
-  3. build the `base` stage once per python first (so flavours built in parallel share its layers), then
-     the flavour UNTAGGED with the classic builder (rm + forcerm: the engine removes step containers even on
-     failure), streaming the output to reports/<tag>/build.log and the display;
+  3. build the flavour UNTAGGED through BuildKit (`docker buildx build`; the site's pip settings and CA bundle
+     are BuildKit secrets, outside the context, mounted for the pip step only), streaming the output to
+     reports/<tag>/build.log and the display. On an engine without buildx the classic builder does it: the
+     `base` stage once per python first (so parallel flavours share its layers), then the flavour from a
+     Dockerfile whose secret mounts became COPYs into the wheels stage (rm + forcerm: the engine removes step
+     containers even on failure);
   4. only then tag it `xla-images:<tag>` and its aliases. A failed or interrupted build tags nothing, so an
      earlier good image keeps its tag.
 When all builds have stopped, what they left behind is removed: step containers an abort raced with, the
@@ -19,6 +22,7 @@ import dataclasses
 import enum
 import os
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -28,12 +32,13 @@ from pathlib import Path
 from typing import Protocol
 
 from . import base as bases
-from . import diskio, engine, locks, wheels
+from . import diskio, engine, layers, locks, render, wheels
 from .errors import Failure
 from .flavour import LABEL_PREFIX, Flavour
 from .plan import Plan
 
-LOCAL_REPOSITORY = "xla-images"
+# Where `build` leaves images; a benchmark or a second checkout on a shared engine may set its own.
+LOCAL_REPOSITORY = os.environ.get("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images")
 FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
 REPORTS = "reports"
 BUILD_LOG = "build.log"
@@ -85,6 +90,8 @@ class BuildOptions:
     # An extra host folder to look for locked wheels in (default: <repo>/wheelhouse).
     wheelhouse: Path | None = None
     reports_dir: Path | None = None
+    # Run every step again (BuildKit `--no-cache`): what a reproducibility check rebuilds with.
+    no_cache: bool = False
 
 
 class Reporter(Protocol):
@@ -146,8 +153,20 @@ def check_lock(plan: Plan, flavour: Flavour) -> None:
                   rule="lock-fresh", hint=f"run `./build.py lock {flavour.tag}` and commit the lock")
 
 
+SECRETS_SUFFIX = ".secrets"
+# Where the classic builder (no secret mounts) finds the secrets: inside its context, copied into the wheels
+# stage only (the runtime stage copies layer trees out of it, never these files).
+CLASSIC_SECRETS_DIR = "xla-secrets"
+
+
+def secrets_dir_for(context: Path) -> Path:
+    """The secrets of a context live beside it, never inside: BuildKit reads them from there."""
+    return context.with_name(context.name + SECRETS_SUFFIX)
+
+
 def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Path | None = None) -> list[str]:
-    """Write the build context CONTRACTS describes into `directory`; return notes for the log."""
+    """Write the build context CONTRACTS describes into `directory`, and its secrets into
+    `secrets_dir_for(directory)`; return notes for the log."""
     inputs = wheels.context_inputs(plan, flavour, wheelhouse)
     notes = []
     dockerfile = plan.rendered[flavour.tag]["Dockerfile"]
@@ -156,14 +175,13 @@ def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Pat
         notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
     (directory / "Dockerfile").write_text(dockerfile, encoding="utf-8")
     shutil.copyfile(plan.lock_path(flavour), directory / wheels.LOCK_NAME)
-    pip_dir = directory / wheels.CONTEXT_PIP_DIR
-    pip_dir.mkdir()
-    (pip_dir / "pip.conf").write_text(inputs.pip_conf, encoding="utf-8")
+    shutil.copyfile(layers.__file__, directory / render.SPLIT_SCRIPT)
+    secrets = secrets_dir_for(directory)
+    secrets.mkdir(exist_ok=True)
+    (secrets / wheels.PIP_SECRET).write_text(inputs.pip_conf, encoding="utf-8")
     if inputs.ca_bundle is not None:
-        shutil.copyfile(inputs.ca_bundle, pip_dir / "ca.crt")
-        notes.append(f"CA bundle: {inputs.ca_bundle} (wheels stage only)")
-    else:
-        (pip_dir / "ca.crt").write_bytes(b"")
+        shutil.copyfile(inputs.ca_bundle, secrets / wheels.CA_SECRET)
+        notes.append(f"CA bundle: {inputs.ca_bundle} (a BuildKit secret of the pip step only)")
     house = directory / wheels.CONTEXT_WHEELHOUSE
     house.mkdir()
     for wheel in inputs.wheels:
@@ -174,6 +192,48 @@ def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Pat
                                                                   else ""))
     shutil.copytree(plan.smoke_dir, directory / "xla_smoke", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return notes
+
+
+def context_secrets(directory: Path) -> dict[str, Path]:
+    """BuildKit `--secret id=...,src=...` of a context written by write_context (the CA only when there is one)."""
+    secrets = secrets_dir_for(directory)
+    return {path.name: path for path in sorted(secrets.iterdir()) if path.is_file()}
+
+
+_SECRET_MOUNT = re.compile(r"^(?P<run>RUN )?\s*--mount=type=secret,id=(?P<id>[^,\s]+),target=(?P<target>\S+) \\$")
+
+
+def classic_dockerfile(text: str) -> str:
+    """The Dockerfile for the classic builder: each `RUN --mount=type=secret,id=X,target=T` becomes a COPY of
+    xla-secrets/X to T before that RUN (in the wheels stage, which no runtime layer copies from)."""
+    out: list[str] = []
+    pending: list[str] = []
+    for line in text.splitlines():
+        found = _SECRET_MOUNT.match(line)
+        if found:
+            pending.append(f"COPY {CLASSIC_SECRETS_DIR}/{found.group('id')} {found.group('target')}")
+            continue
+        if pending:
+            out.extend(pending)
+            out.append("RUN " + line.lstrip())
+            pending = []
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def prepare_classic_context(directory: Path) -> None:
+    """Turn a BuildKit context into a classic one: secrets copied in (an empty CA when none), Dockerfile rewritten."""
+    inside = directory / CLASSIC_SECRETS_DIR
+    inside.mkdir(exist_ok=True)
+    secrets = context_secrets(directory)
+    for name in (wheels.PIP_SECRET, wheels.CA_SECRET):
+        if name in secrets:
+            shutil.copyfile(secrets[name], inside / name)
+        else:
+            (inside / name).write_bytes(b"")
+    dockerfile = directory / "Dockerfile"
+    dockerfile.write_text(classic_dockerfile(dockerfile.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -213,15 +273,17 @@ class _Run:
     stop: threading.Event = field(default_factory=threading.Event)
     interrupted: threading.Event = field(default_factory=threading.Event)
     bases: BaseResolver = field(default_factory=BaseResolver)
-    active: dict[str, engine.StreamingBuild] = field(default_factory=dict)
+    active: dict[str, engine.StreamingBuild | engine.BuildKitBuild] = field(default_factory=dict)
     traces: list[engine.BuildTrace] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     removed: list[str] = field(default_factory=list)
     base_stage_locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     base_stages_built: set[tuple[str, str]] = field(default_factory=set)
+    buildkit: bool = True
 
     def execute(self, flavours: list[Flavour]) -> list[FlavourResult]:
         engine.client()  # fail early, with the hint, when no engine answers
+        self.buildkit = engine.use_buildkit()
         todo: queue.Queue[Flavour] = queue.Queue()
         for flavour in flavours:
             self.results[flavour.tag] = FlavourResult(flavour, log=self._log_path(flavour))
@@ -308,20 +370,32 @@ class _Run:
         say(f"flavour {flavour.tag} id {flavour.id}")
         say(f"base image: {base}")
         with tempfile.TemporaryDirectory(prefix=f"xla-images-context-{flavour.tag}-") as scratch:
+            context = Path(scratch) / "context"
             try:
-                notes = write_context(self.plan, flavour, Path(scratch), self.options.wheelhouse)
+                context.mkdir()
+                notes = write_context(self.plan, flavour, context, self.options.wheelhouse)
             except OSError as error:  # a full TMPDIR: the partial context goes with the temp dir
                 raise diskio.failure(error, scratch, "the build context") from None
             for note in notes:
                 say(note)
-            self._build_base_stage(flavour, base, Path(scratch) / "Dockerfile", say)
-            build = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id})
+            args = {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id,
+                    "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
+            if self.buildkit:
+                say(f"builder: BuildKit (docker buildx {engine.buildx_info().version})")
+                build = engine.BuildKitBuild(context, args, secrets=context_secrets(context),
+                                             no_cache=self.options.no_cache)
+            else:
+                say("builder: classic (no docker buildx here); secrets are copied into the wheels stage only")
+                prepare_classic_context(context)
+                self._build_base_stage(flavour, base, context / "Dockerfile", say)
+                build = engine.StreamingBuild(context, args, no_cache=self.options.no_cache)
             self.reporter.state(flavour, "building")
             image_id = self._run(flavour, build, say)
         with self.lock:
             if self.interrupted.is_set():
                 raise engine.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged
             _tag(flavour, image_id)
+        say(f"image {image_id}")
         say(f"tagged {', '.join(local_ref(flavour, name) for name in flavour.tags)} -> {image_id[7:19]}")
         return image_id
 
@@ -341,11 +415,12 @@ class _Run:
             with tempfile.TemporaryDirectory(prefix="xla-images-base-stage-") as scratch:
                 # The base stage copies nothing from the context: the Dockerfile alone is enough.
                 shutil.copyfile(dockerfile, Path(scratch) / "Dockerfile")
-                stage = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base}, target=BASE_STAGE)
+                stage = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "SOURCE_DATE_EPOCH": str(
+                    render.SOURCE_DATE_EPOCH)}, target=BASE_STAGE, no_cache=self.options.no_cache)
                 self._run(flavour, stage, say)
             self.base_stages_built.add(key)
 
-    def _run(self, flavour: Flavour, build: engine.StreamingBuild, say) -> str:
+    def _run(self, flavour: Flavour, build: engine.StreamingBuild | engine.BuildKitBuild, say) -> str:
         with self.lock:
             if self.interrupted.is_set():
                 raise engine.BuildAborted()
@@ -359,8 +434,9 @@ class _Run:
 
     def _on_build_line(self, flavour: Flavour, line: str, say) -> None:
         say(line)
-        if line.startswith("Step "):
-            self.reporter.state(flavour, line)
+        step = engine.buildkit_step(line)
+        if step is not None or line.startswith("Step "):
+            self.reporter.state(flavour, step or line)
 
     def _abort(self, workers: list[threading.Thread]) -> None:
         with self.lock:

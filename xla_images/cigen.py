@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import jinja2
 
-from . import resources
+from . import render, resources
 from .errors import ConfigError, Failure
 from .flavour import Flavour
 from .plan import Plan
@@ -125,8 +125,11 @@ def bake_groups(flavours: list[Flavour]) -> dict[str, dict[str, list[str]]]:
     return {group: {"targets": names} for group, names in members.items()}
 
 
-def bake_override(plan: Plan, flavours: list[Flavour], contexts: Path, base_images: dict[str, str]) -> str:
-    """The uncommitted second bake file: this site's registry, the contexts directory, per-target build args."""
+def bake_override(plan: Plan, flavours: list[Flavour], contexts: Path, base_images: dict[str, str],
+                  secrets: dict[str, dict[str, Path]] | None = None) -> str:
+    """The uncommitted second bake file: this site's registry, the contexts directory, per-target build args
+    and BuildKit secrets (the pip settings and CA bundle `ci bake --contexts` wrote beside each context)."""
+    secrets = secrets or {}
     override = {
         "//": "written by `./build.py ci bake --contexts`; site- and checkout-specific, do not commit",
         "variable": {
@@ -136,7 +139,10 @@ def bake_override(plan: Plan, flavours: list[Flavour], contexts: Path, base_imag
         "target": {
             bake_target_name(flavour): {
                 "args": {"BASE_IMAGE": _bake_literal(base_images[flavour.tag]),
-                         "FLAVOUR_ID": _bake_literal(flavour.id)},
+                         "FLAVOUR_ID": _bake_literal(flavour.id),
+                         "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)},
+                "secret": [f"id={name},src={_bake_literal(path.as_posix())}"
+                           for name, path in sorted(secrets.get(flavour.tag, {}).items())],
             }
             for flavour in flavours
         },
@@ -172,8 +178,9 @@ def assemble_bake_contexts(plan: Plan, flavours: list[Flavour], contexts: Path,
     for flavour in flavours:
         base_images[flavour.tag] = chooser(flavour)
         _replace_context(plan, flavour, contexts / flavour.tag, building.write_context)
+    secrets = {flavour.tag: building.context_secrets(contexts / flavour.tag) for flavour in flavours}
     override = contexts / OVERRIDE_NAME
-    override.write_text(bake_override(plan, flavours, contexts, base_images), encoding="utf-8")
+    override.write_text(bake_override(plan, flavours, contexts, base_images, secrets), encoding="utf-8")
     return override
 
 
@@ -185,14 +192,20 @@ def _replace_context(plan: Plan, flavour: Flavour, target: Path,
                           hint="point --contexts at a directory of its own, e.g. build/bake")
     scratch = Path(tempfile.mkdtemp(prefix=f".{flavour.tag}-", dir=target.parent))
     scratch.chmod(0o755)  # mkdtemp makes it private; a builder running as another user must read it
+    from .build import secrets_dir_for
+
     try:
         write_context(plan, flavour, scratch)
-        if target.exists():
-            shutil.rmtree(target)
+        for old in (target, secrets_dir_for(target)):
+            if old.exists():
+                shutil.rmtree(old)
+        if secrets_dir_for(scratch).exists():
+            secrets_dir_for(scratch).rename(secrets_dir_for(target))
         scratch.rename(target)
     finally:
-        if scratch.exists():
-            shutil.rmtree(scratch)
+        for leftover in (scratch, secrets_dir_for(scratch)):
+            if leftover.exists():
+                shutil.rmtree(leftover)
 
 
 def stale_files(plan: Plan, files: dict[Path, str]) -> list[str]:

@@ -57,6 +57,7 @@ def diagnose(plan: Plan) -> Report:
     engine_item = check_engine()
     report.items.append(engine_item)
     engine_up = engine_item.status is Status.OK
+    report.items.append(check_buildkit(engine_up))
     report.items.append(check_registry(plan.site.registry))
     pythons = sorted({flavour.python for flavour in plan.flavours}, key=lambda v: tuple(map(int, v.split("."))))
     base_items = [check_base(python, _site_base(plan, python), engine_up) for python in pythons]
@@ -96,6 +97,27 @@ def check_engine() -> Item:
         return Item("engine", Status.MISSING, error.message, ENGINE_FIX)
     return Item("engine", Status.OK, f"dockerd {engine.engine_version()}, storage {info.get('Driver')}, "
                                      f"root {info.get('DockerRootDir')}")
+
+
+def check_buildkit(engine_up: bool) -> Item:
+    """Builds go through BuildKit (`docker buildx`): secrets, reproducible layers, bake. Without it the classic
+    builder still builds (optional, but the images are not reproducible across machines then)."""
+    import os
+
+    fix = "sudo ci/engine.sh install (docker-buildx from Debian 13), or Docker CE's docker-buildx-plugin"
+    info = engine.buildx_info()
+    if info.problem:
+        return Item("buildkit", Status.WARN, f"{info.problem}; builds fall back to the classic builder", fix,
+                    required=False)
+    chosen = os.environ.get(engine.BUILDER_ENV, "auto")
+    detail = f"docker buildx {info.version}, builder driver {info.driver}"
+    if chosen == "classic":
+        return Item("buildkit", Status.WARN, detail + f"; {engine.BUILDER_ENV}=classic forces the classic builder",
+                    f"unset {engine.BUILDER_ENV}", required=False)
+    if not engine_up:
+        return Item("buildkit", Status.WARN, detail + "; no engine to build on", ENGINE_FIX, required=False)
+    return Item("buildkit", Status.OK, detail + " (builds use BuildKit; secrets mounted, never in a layer)",
+                required=False)
 
 
 def check_registry(registry: str) -> Item:

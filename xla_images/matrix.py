@@ -15,7 +15,7 @@ rendered or built. Rules, by id:
   nightly-wheel-source  a nightly release needs a site wheel source with `match: {channel: nightly}`
   git-rev           pytorch_git_rev/xla_git_rev are git tags, branches or commits (no spaces or shell syntax)
   abi-default       a release's default_abi is one of the abis it builds
-  latest-python     defaults.latest_python is a python some release builds
+  latest-python     defaults.latest_python is a python some release builds (or `none`: nothing carries latest)
   schema-duplicate  a list names the same python, accelerator or abi twice
   matrix-size       at most MAX_FLAVOURS flavours and MAX_EXCLUDES excludes, so every command answers quickly
 """
@@ -50,6 +50,8 @@ PYTHON_VERSION = re.compile(r"3\.\d{1,3}", re.ASCII)
 GIT_REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}", re.ASCII)
 # Beyond these the matrix is surely not hand-written; refusing keeps every command well under a second.
 MAX_FLAVOURS = 2000
+# `latest_python: none`: no flavour carries `latest`/`latest_cpu` (a staging matrix, or tests on a shared engine).
+NO_LATEST = "none"
 MAX_EXCLUDES = 500
 KeyPath = tuple[str | int, ...]
 
@@ -121,10 +123,11 @@ def _check_latest_python(errors: _Collector, given: dict, defaults: dict[str, An
                          releases: list[Release]) -> None:
     latest = defaults["latest_python"]
     built = {python for release in releases for python in release.pythons}
-    if releases and latest not in built:
+    if releases and latest != NO_LATEST and latest not in built:
         at: KeyPath = ("defaults", "latest_python") if "latest_python" in given else ("defaults",)
         errors.error(at, f"latest_python {latest} is built by no release, so nothing would carry `latest`",
-                     "latest-python", f"set it to one of: {', '.join(sorted(built, key=Version))}")
+                     "latest-python", f"set it to one of: {', '.join(sorted(built, key=Version))}, or `none` "
+                     "for no `latest` tags")
 
 
 def _check_size(errors: _Collector, releases: list[Release], excludes: list) -> None:
@@ -259,7 +262,9 @@ def _defaults(errors: _Collector, value: Any) -> dict[str, Any]:
         result["abis"] = _enum_list(errors, keys + ("abis",), value["abis"], Abi, "abis")
     if "default_abi" in value:
         result["default_abi"] = _enum_value(errors, keys + ("default_abi",), value["default_abi"], Abi, "abi")
-    if "latest_python" in value:
+    if value.get("latest_python") == NO_LATEST:
+        result["latest_python"] = NO_LATEST
+    elif "latest_python" in value:
         result["latest_python"] = _version_text(errors, keys + ("latest_python",), value["latest_python"],
                                                 PYTHON_VERSION, "python", "3.11")
     _check_default_abi(errors, keys, value, result["default_abi"], result["abis"])

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import matrix, nightly, render, resources
+from . import layers, matrix, nightly, render, resources
 from .flavour import Flavour
 from .site import Site, load_site
 from .userfiles import resolve_path
@@ -73,6 +73,8 @@ def _flavour_id(flavour: Flavour, files: dict[str, str], lock: str, smoke_digest
         "files": files,
         "lock": lock,
         "smoke": smoke_digest,
+        # The wheels stage runs it: a change to how layers are split is a change to the image.
+        "split_layers": hashlib.sha256(Path(layers.__file__).read_bytes()).hexdigest(),
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     return f"sha256:{digest}"

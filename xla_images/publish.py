@@ -430,17 +430,60 @@ class Published:
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Transfer:
+    """What one flavour's push moved: the registry deduplicates layers by digest, so a flavour sharing layers
+    with one pushed before sends only its own. Sizes are the compressed blob sizes of the pushed manifest."""
+
+    uploaded_bytes: int
+    present_bytes: int
+    uploaded_layers: int
+    present_layers: int
+
+    def describe(self) -> str:
+        return (f"uploaded {self.uploaded_bytes / 1e6:.1f} MB in {self.uploaded_layers} layer(s), "
+                f"{self.present_bytes / 1e6:.1f} MB in {self.present_layers} layer(s) already present")
+
+
+def transfer_of(diff_ids: list[str], manifest: dict[str, Any], status: dict[str, str]) -> Transfer:
+    """Pair the image's layers (diff ids, bottom first) with the manifest's blobs (same order) and the push's
+    per-layer status; a layer the engine did not report on was not sent (it counts as present)."""
+    blobs = manifest.get("layers") or []
+    if len(blobs) != len(diff_ids):
+        raise Failure(f"the pushed manifest has {len(blobs)} layers, the image {len(diff_ids)}", rule="push-verified")
+    counted: set[str] = set()
+    sizes = {"uploaded": [0, 0], "present": [0, 0]}
+    for diff_id, blob in zip(diff_ids, blobs):
+        if blob["digest"] in counted:
+            continue  # one blob, stored and sent once, whatever number of layers use it
+        counted.add(blob["digest"])
+        kind = status.get(diff_id.removeprefix("sha256:")[:12], "present")
+        sizes[kind][0] += int(blob.get("size") or 0)
+        sizes[kind][1] += 1
+    return Transfer(sizes["uploaded"][0], sizes["present"][0], sizes["uploaded"][1], sizes["present"][1])
+
+
 def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
-                 credentials: Credentials | None, progress: Progress = lambda line: None) -> Published:
-    """Push the flavour's tag, verify it, then each alias; return the verified record."""
+                 credentials: Credentials | None, progress: Progress = lambda line: None,
+                 transfers: dict[str, Transfer] | None = None) -> Published:
+    """Push the flavour's tag, verify it, then each alias; return the verified record.
+
+    Reports the bytes uploaded vs already present (and records them in `transfers`, when given, by tag).
+    """
     image = local_ref(flavour)
     with redacting(credentials):
         labels = _built_labels(flavour, image)
         client.check_reachable()
         auth = credentials.auth_config(registry.host) if credentials else None
         progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)}")
-        digest = _push_tag(image, registry, flavour.tag, auth, progress, client.retry)
+        status: dict[str, str] = {}
+        digest = _push_tag(image, registry, flavour.tag, auth, progress, client.retry, status)
         _verify(client, registry, flavour.tag, digest)
+        if status:  # the engine reported per layer (it always does; a fake in unit tests may not)
+            transfer = transfer_of(engine.image_layers(image), client.manifest(digest), status)
+            if transfers is not None:
+                transfers[flavour.tag] = transfer
+            progress(f"{flavour.tag}: {transfer.describe()}")
         progress(f"{flavour.tag}: verified {registry.digest_ref(digest)}")
         for alias in flavour.aliases:
             alias_digest = _push_tag(image, registry, alias, auth, progress, client.retry)
@@ -465,17 +508,17 @@ def _built_labels(flavour: Flavour, image: str) -> dict[str, str]:
 
 
 def _push_tag(image: str, registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress,
-              retry: RetryPolicy | None = None) -> str:
+              retry: RetryPolicy | None = None, layer_status: dict[str, str] | None = None) -> str:
     """Tag locally under the registry's name only for the push; the local tag goes whatever happens."""
     engine.tag_image(image, registry.name, tag)
     try:
-        return _push_retrying(registry, tag, auth, progress, retry or RetryPolicy())
+        return _push_retrying(registry, tag, auth, progress, retry or RetryPolicy(), layer_status)
     finally:
         engine.remove_tag(registry.ref(tag))
 
 
 def _push_retrying(registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress,
-                   retry: RetryPolicy) -> str:
+                   retry: RetryPolicy, layer_status: dict[str, str] | None = None) -> str:
     """engine.push_image, pushed again while the registry answers the push with a transient HTTP status."""
     def transient(error: BaseException) -> bool:
         return isinstance(error, Failure) and error.rule == "push" and bool(_TRANSIENT_PUSH.search(error.message))
@@ -490,7 +533,7 @@ def _push_retrying(registry: Registry, tag: str, auth: dict[str, str] | None, pr
         wait=tenacity.wait_exponential(multiplier=retry.first_wait, max=retry.max_wait),
         retry=tenacity.retry_if_exception(transient), before_sleep=say_retry, reraise=True)
     try:
-        return retrying(engine.push_image, registry.name, tag, auth, progress)
+        return retrying(engine.push_image, registry.name, tag, auth, progress, layer_status)
     except Failure as error:
         if transient(error):
             error.message += f" ({retry.attempts} attempts)"
@@ -590,7 +633,8 @@ def record_published(path: Path, entries: list[Published]) -> None:
 
 def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, *,
              credentials: Credentials | None, retry: RetryPolicy | None = None,
-             progress: Progress = lambda line: None) -> list[Published]:
+             progress: Progress = lambda line: None,
+             transfers: dict[str, Transfer] | None = None) -> list[Published]:
     """Push flavours one after another; each is recorded as soon as it is verified. Stops at the first failure.
 
     Every image is checked to be built from its flavour's current inputs before anything is pushed, so a
@@ -602,7 +646,7 @@ def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, 
     client = RegistryClient(registry, credentials, retry=retry)
     done = []
     for flavour in flavours:
-        entry = push_flavour(flavour, registry, client, credentials, progress)
+        entry = push_flavour(flavour, registry, client, credentials, progress, transfers)
         record_published(published_path, [entry])
         done.append(entry)
     return done

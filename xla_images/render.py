@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from . import resources, wheels
+from . import layers, resources, wheels
 from .errors import ConfigError
 from .flavour import LABEL_PREFIX, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR, Flavour, WheelBuild, default_base_image
 
@@ -44,6 +44,10 @@ FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
 # build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins);
 # its parameter files name it.
 PYELFTOOLS_PIN = "pyelftools==0.33"
+# The wheels stage runs xla_images/layers.py under this name (build.write_context copies it into the context).
+SPLIT_SCRIPT = "split_layers.py"
+# Every file of every layer gets this mtime (and pip hash-based .pyc): 1980-01-01, the oldest a zip can hold.
+SOURCE_DATE_EPOCH = 315532800
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,20 @@ def template_context(flavour: Flavour) -> dict[str, Any]:
         "context_wheelhouse": wheels.CONTEXT_WHEELHOUSE,
         "image_pip": wheels.IMAGE_PIP_DIR,
         "image_wheelhouse": wheels.IMAGE_WHEELHOUSE,
+        "split_script": SPLIT_SCRIPT,
+        "pip_secret": wheels.PIP_SECRET,
+        "ca_secret": wheels.CA_SECRET,
+        "layers_dir": layers.LAYERS_DIR,
+        "venv_parent": str(Path(VENV).parent),
+        "source_date_epoch": SOURCE_DATE_EPOCH,
+        "roots": layer_roots(flavour),
+        "layers": layers.layer_names(len(layer_roots(flavour))),
     }
+
+
+def layer_roots(flavour: Flavour) -> list[str]:
+    """The wheel groups' roots, in layer order (names only: the pins' local versions belong to the site)."""
+    return ["torch", "torch_xla", *(["libtpu"] if flavour.libtpu else [])]
 
 
 def _render(template: str, context: dict[str, Any]) -> str:

@@ -67,6 +67,9 @@ CONTEXT_WHEELHOUSE = "wheelhouse"
 IMAGE_PIP_DIR = "/tmp/pip"
 IMAGE_WHEELHOUSE = "/tmp/wheelhouse"
 IMAGE_CA = f"{IMAGE_PIP_DIR}/ca.crt"
+# BuildKit secrets (`RUN --mount=type=secret,id=...`) the wheels stage mounts at IMAGE_PIP_DIR/<id> while pip runs.
+PIP_SECRET = "pip.conf"
+CA_SECRET = "ca.crt"
 
 # Wheels an image can load: the rendered Dockerfiles default to bookworm bases (glibc 2.36), so manylinux up to
 # 2_36 and every older tag; libtpu ships manylinux_2_31 wheels. `linux_x86_64` is what a from-source build

@@ -141,6 +141,8 @@ def make_wheel(directory: Path, name: str, version: str, *, marker: str = "", pa
     dist_info = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": f"__version__ = {module_version or version!r}\nMARKER = {marker!r}\n".encode(),
+        # A top-level module too (its .pyc lands in site-packages/__pycache__, which every wheel shares).
+        f"{name}_top.py": f"NAME = {name!r}\n".encode(),
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: xla-images-tests\nRoot-Is-Purelib: true\n"
                               b"Tag: py3-none-any\n",
@@ -188,12 +190,13 @@ class Project:
     def flavours(self) -> list[Flavour]:
         return list(self.plan().flavours)
 
-    def flavour(self, version: str) -> Flavour:
-        return next(flavour for flavour in self.plan().flavours if flavour.torch_xla == version)
+    def flavour(self, version: str, accelerator: str = "cpu") -> Flavour:
+        return next(flavour for flavour in self.plan().flavours
+                    if flavour.torch_xla == version and flavour.accelerator.value == accelerator)
 
     def write_wheels(self, version: str, *, payload: bytes = b"") -> None:
-        """Wheels torch and torch_xla at `version`, then the flavour's rendered files and hash-pinned lock."""
-        for name in ("torch", "torch_xla"):
+        """Wheels torch, torch_xla (and libtpu) at `version`, then the flavours' rendered files and locks."""
+        for name in ("torch", "torch_xla", "libtpu"):
             make_wheel(self.root / "wheelhouse", name, version, marker=f"{self.wheel_marker}-{name}-{version}",
                        payload=payload if name == "torch" else b"")
         self.write_locks()
@@ -205,7 +208,7 @@ class Project:
             directory.mkdir(parents=True, exist_ok=True)
             (directory / "Dockerfile").write_text(plan.rendered[flavour.tag]["Dockerfile"], encoding="utf-8")
             entries = []
-            for name in ("torch", "torch_xla"):
+            for name in ("torch", "torch_xla", *(["libtpu"] if flavour.libtpu else [])):
                 wheel = self.root / "wheelhouse" / f"{name}-{flavour.torch_xla}-py3-none-any.whl"
                 if wheel.is_file():
                     entries.append(wheels.LockEntry(name.replace("_", "-"), flavour.torch_xla,
@@ -257,12 +260,12 @@ def make_project(tmp_path_factory, test_base: str) -> Callable[..., Project]:
     Session-scoped so module-scoped fixtures can use it too; each call makes a new project.
     """
 
-    def make(*versions: str, payload: bytes = b"") -> Project:
+    def make(*versions: str, payload: bytes = b"", accelerators: tuple[str, ...] = ("cpu",)) -> Project:
         root = tmp_path_factory.mktemp("project")
         ca_marker = "XLAIMAGESTESTCA" + uuid.uuid4().hex
         (root / "test-ca.pem").write_text(
             f"-----BEGIN CERTIFICATE-----\n{ca_marker}\n-----END CERTIFICATE-----\n", encoding="ascii")
-        (root / "matrix.yaml").write_text(_matrix(versions), encoding="utf-8")
+        (root / "matrix.yaml").write_text(_matrix(versions, accelerators), encoding="utf-8")
         (root / "site.yaml").write_text(textwrap.dedent(f"""\
             registry: 127.0.0.1:5000/xla-images-test
             ca_bundle: test-ca.pem
@@ -282,25 +285,26 @@ def make_project(tmp_path_factory, test_base: str) -> Callable[..., Project]:
     return make
 
 
-def _matrix(versions: tuple[str, ...]) -> str:
+def _matrix(versions: tuple[str, ...], accelerators: tuple[str, ...] = ("cpu",)) -> str:
+    # tpu flavours pin a libtpu of the release's own version (a tiny wheel like the others).
     releases = "".join(textwrap.indent(textwrap.dedent(f"""\
         "{version}":
           torch: "{version}"
           pytorch_git_rev: v{version}
           xla_git_rev: v{version}
           python_support: ">=3.11,<3.12"
-        """), "  ") for version in versions)
-    # latest_python names a python no flavour has: a test must never move the real `latest` tags.
+        """) + (f'  libtpu: "{version}"\n' if "tpu" in accelerators else ""), "  ") for version in versions)
+    # No `latest` tags: a test must never move the real `latest` tags of a shared engine.
     return textwrap.dedent("""\
         schema: 1
         defaults:
           pythons: ["3.11"]
-          accelerators: [cpu]
+          accelerators: [ACCELERATORS]
           default_abi: cxx11
           abis: [cxx11]
-          latest_python: "3.12"
+          latest_python: none
         releases:
-        """) + releases
+        """).replace("ACCELERATORS", ", ".join(accelerators)) + releases
 
 
 class RecordingReporter:

@@ -47,7 +47,7 @@ def test_build_tags_flavour_and_aliases_with_labels(built) -> None:
             assert engine.image_inspect(build.local_ref(flavour, alias))["Id"] == attrs["Id"]
         log = plan.root / "reports" / flavour.tag / "build.log"
         text = log.read_text()
-        assert "Successfully built" in text and f"id {flavour.id}" in text
+        assert f"image {attrs['Id']}" in text and f"id {flavour.id}" in text
 
 
 def test_image_holds_the_locked_wheels(built) -> None:
@@ -130,21 +130,26 @@ def test_context_holds_what_the_dockerfile_expects_and_ca_bundle_option_wins(mak
     build.write_context(plan, flavour, context)
     assert (context / "Dockerfile").read_text() == plan.rendered[flavour.tag]["Dockerfile"]
     assert (context / "requirements.lock").read_text() == plan.lock_path(flavour).read_text()
-    assert (context / "pip" / "ca.crt").read_bytes() == other_ca.read_bytes()
-    conf = (context / "pip" / "pip.conf").read_text()
+    # The pip settings and the CA are BuildKit secrets: beside the context, never inside it.
+    secrets = build.secrets_dir_for(context)
+    assert not (context / "pip").exists()
+    assert (secrets / "ca.crt").read_bytes() == other_ca.read_bytes()
+    assert build.context_secrets(context) == {"ca.crt": secrets / "ca.crt", "pip.conf": secrets / "pip.conf"}
+    assert (context / "split_layers.py").is_file()
+    conf = (secrets / "pip.conf").read_text()
     assert "cert = /tmp/pip/ca.crt" in conf and "no-index = true" in conf
     assert sorted(path.name for path in (context / "wheelhouse").iterdir()) == [
         "torch-8.81.0-py3-none-any.whl", "torch_xla-8.81.0-py3-none-any.whl"]
     assert (context / "xla_smoke" / "__main__.py").is_file()
     assert not list(context.rglob("__pycache__"))
-    # Without a CA the file is there, empty, and pip is not told about it.
     plan = project.plan()
     plan = dataclasses.replace(plan, site=dataclasses.replace(plan.site, ca_bundle_setting="none"))
     plain = tmp_path / "plain"
     plain.mkdir()
     build.write_context(plan, flavour, plain)
-    assert (plain / "pip" / "ca.crt").read_bytes() == b""
-    assert "cert" not in (plain / "pip" / "pip.conf").read_text()
+    # Without a CA there is no ca.crt secret at all (the mount is skipped), and pip is not told about one.
+    assert build.context_secrets(plain) == {"pip.conf": build.secrets_dir_for(plain) / "pip.conf"}
+    assert "cert" not in (build.secrets_dir_for(plain) / "pip.conf").read_text()
 
 
 def test_missing_lock_fails_naming_the_lock_command(make_project, reporter, no_leaked_containers) -> None:
@@ -256,10 +261,17 @@ def _wait_for_step(log: Path, words: str, process: subprocess.Popen, timeout: fl
         assert process.poll() is None, f"build ended before the step: {process.communicate()}"
         if log.is_file():
             lines = log.read_text().splitlines()
+            # Classic builder: "Step N/M : RUN ..." then " ---> Running in <container>".
             step = next((index for index, line in enumerate(lines) if line.startswith("Step ") and words in line),
                         None)
             if step is not None and any(line.startswith(" ---> Running in") for line in lines[step + 1:]):
                 return
+            # BuildKit: "#N [stage i/n] RUN ..." then the step's own output lines "#N <seconds> ...".
+            step = next((index for index, line in enumerate(lines) if "] RUN " in line and words in line), None)
+            if step is not None:
+                prefix = lines[step].split(" ", 1)[0] + " "
+                if any(line.startswith(prefix) and line[len(prefix):][:1].isdigit() for line in lines[step + 1:]):
+                    return
         time.sleep(0.05)
     raise AssertionError(f"the build never reached {words!r}")
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -30,6 +32,11 @@ def test_doctor_reports_engine_bases_and_tools(bootstrapped_base) -> None:
     assert "Traceback" not in result.stderr
     engine_line = _line(result.stdout, "engine")
     assert engine_line.startswith("ok") and "dockerd" in engine_line and "API 1." in engine_line
+    buildkit = _line(result.stdout, "buildkit")
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):  # ci/engine.sh install provides docker-buildx; elsewhere the classic fallback is a warning
+        assert buildkit.startswith("ok") and "docker buildx " in buildkit and "driver" in buildkit, buildkit
+    else:
+        assert buildkit.startswith(("ok", "warn")), buildkit
     assert _line(result.stdout, "base python 3.11").startswith("ok")
     assert "xla-images/base:3.11" in _line(result.stdout, "base python 3.11")
     buildable = _line(result.stdout, "pythons buildable")

@@ -1,4 +1,6 @@
-"""End to end on the real flavour r2.9.0_3.11_cpu: build -> test -> push -> resolve -> pull -> run -> downstream.
+"""End to end on the real flavour r2.9.0_3.11_cpu: build -> test -> push -> resolve -> pull -> run -> downstream,
+then the same flavour again through `docker buildx bake` on the generated docker-bake.json with --no-cache (every
+step re-run): every layer digest must equal the first build's, and the bake image passes the same checks and smoke.
 
 Everything is real: the engine, the 7.8 GB image (built with the build API; an up-to-date image is reused),
 the image checks and smoke suite inside it, the suite registry (XLA_IMAGES_TEST_REGISTRY, default
@@ -21,7 +23,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from xla_images import build, engine, publish
+from xla_images import build, cigen, engine, publish
 from xla_images.flavour import Flavour
 from xla_images.plan import load_plan
 
@@ -192,3 +194,52 @@ def _restore_names(flavour: Flavour, pulled_ref: str | None) -> None:
     if engine.image_inspect(pulled_ref) is not None:
         for name in flavour.tags:
             engine.tag_image(pulled_ref, build.LOCAL_REPOSITORY, name)
+
+
+BAKE_REPOSITORY = "xla-images-e2e-bake"
+
+
+def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_and_smoke(
+        tmp_path: Path, phases: Phases) -> None:
+    """The build of the test above is in the engine's build cache; --no-cache makes bake run every step again
+    (pip installs every wheel anew), which is what an empty cache on another machine does, without pruning a
+    cache other builds on this engine share."""
+    if not engine.use_buildkit():
+        pytest.fail(f"CI needs BuildKit for bake: {engine.buildx_info().problem}")
+    plan = load_plan(REPO / "matrix.yaml")
+    (flavour,) = plan.select((TAG,))
+    first = build.built_image_id(flavour)
+    assert first is not None, "the build test leaves xla-images:" + TAG
+    target = cigen.bake_target_name(flavour)
+    bake_ref = f"{BAKE_REPOSITORY}:{TAG}"
+    lines: list[str] = []
+    try:
+        with phases("bake"):
+            override = cigen.assemble_bake_contexts(plan, [flavour], tmp_path / "bake")
+            engine.bake([REPO / cigen.BAKE_FILE, override], [target], lines.append, no_cache=True,
+                        overrides=[f"{target}.tags={bake_ref}"])
+        cached = [line for line in lines if line.endswith(" CACHED")]
+        assert len(cached) <= 2, f"--no-cache took steps from the cache: {cached}"  # FROM metadata only
+        built, baked = engine.image_layers(build.local_ref(flavour)), engine.image_layers(bake_ref)
+        assert len(baked) == len(built)
+        differing = [index for index, (old, new) in enumerate(zip(built, baked)) if old != new]
+        assert not differing, f"layers {differing} of {len(built)} differ between build.py and bake --no-cache"
+        assert engine.image_labels(bake_ref)[build.FLAVOUR_ID_LABEL] == flavour.id
+
+        reports = tmp_path / "reports"
+        with phases("bake_test"):
+            tested = subprocess.run(
+                [sys.executable, str(REPO / "build.py"), "test", TAG, "--reports", str(reports)], cwd=REPO,
+                capture_output=True, text=True, timeout=1800,
+                env={**os.environ, "CI": "true", "PYTHONPATH": str(REPO),
+                     "XLA_IMAGES_LOCAL_REPOSITORY": BAKE_REPOSITORY})
+        assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
+        checks_report = json.loads((reports / TAG / "checks.json").read_text())
+        smoke_report = json.loads((reports / TAG / "smoke.json").read_text())
+        assert checks_report["summary"]["failed"] == 0 and checks_report["summary"]["passed"] >= 14
+        assert smoke_report["summary"]["failed"] == 0 and smoke_report["summary"]["error"] == 0
+    finally:
+        attrs = engine.image_inspect(bake_ref)
+        engine.remove_tag(bake_ref)
+        if attrs is not None and attrs["Id"] != first:
+            engine.remove_if_unnamed(attrs["Id"])

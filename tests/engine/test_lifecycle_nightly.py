@@ -43,7 +43,7 @@ def nightly_project(make_project: Callable, wheel_maker: Callable, registry_host
     (root / "matrix.yaml").write_text(
         "schema: 1\n"
         "defaults:\n  pythons: [\"3.11\"]\n  accelerators: [cpu]\n  default_abi: cxx11\n  abis: [cxx11]\n"
-        "  latest_python: \"3.12\"\n"
+        "  latest_python: none\n"
         f"releases:\n  \"{BASE}\":\n    channel: nightly\n    torch: \"{BASE}\"\n    pytorch_git_rev: nightly\n"
         "    xla_git_rev: master\n    python_support: \">=3.11,<3.12\"\n", encoding="utf-8")
     site = (root / "site.yaml").read_text(encoding="utf-8").split("wheel_sources:")[0]

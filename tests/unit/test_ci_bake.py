@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from xla_images import cigen
+from xla_images import build, cigen, render
 from xla_images.errors import ConfigError
 from xla_images.flavour import Flavour
 from xla_images.plan import Plan, load_plan
@@ -260,20 +260,26 @@ def test_contexts_are_what_build_gives_the_engine(plan: Plan, tmp_path: Path) ->
     context = contexts / flavour.tag
     assert (context / "Dockerfile").read_text() == plan.rendered[flavour.tag]["Dockerfile"]
     assert (context / "requirements.lock").read_bytes() == plan.lock_path(flavour).read_bytes()
-    assert (context / "pip" / "pip.conf").is_file() and (context / "pip" / "ca.crt").is_file()
+    secrets = build.secrets_dir_for(context)
+    # The pip settings (credentials) and CA live beside the context, never in it: bake passes them as secrets.
+    assert (secrets / "pip.conf").is_file() and not (context / "pip").exists()
+    assert (context / "split_layers.py").is_file()
     assert (context / "wheelhouse").is_dir()
     def files(directory: Path) -> set[str]:
         return {str(p.relative_to(directory)) for p in directory.rglob("*")
                 if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
 
     assert files(context / "xla_smoke") == files(plan.smoke_dir) != set()
-    assert sorted(p.name for p in contexts.iterdir()) == sorted([flavour.tag, cigen.OVERRIDE_NAME])
+    assert sorted(p.name for p in contexts.iterdir()) == sorted([flavour.tag, secrets.name, cigen.OVERRIDE_NAME])
 
     committed = json.loads(cigen.bake_files(plan)[cigen.BAKE_FILE])
     override = json.loads(override_path.read_text())
     target = merged_target(committed, override, cigen.bake_target_name(flavour))
     assert Path(target["context"]) == context.resolve()
-    assert target["args"] == {"BASE_IMAGE": "base.example/py", "FLAVOUR_ID": flavour.id}
+    assert target["args"] == {"BASE_IMAGE": "base.example/py", "FLAVOUR_ID": flavour.id,
+                              "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
+    assert f"id=pip.conf,src={(secrets / 'pip.conf').resolve().as_posix()}" in override["target"][
+        cigen.bake_target_name(flavour)]["secret"]
     assert target["tags"][0] == f"{plan.site.registry}:{flavour.tag}"
 
 

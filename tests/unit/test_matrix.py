@@ -250,3 +250,12 @@ def test_fuzz_mutations_of_a_good_matrix(position: int, insertion: str) -> None:
         flavours_of(text)
     except ConfigError as error:
         assert error.render()
+
+
+def test_latest_python_none_gives_no_latest_tags(tmp_path: Path) -> None:
+    text = (ROOT / "matrix.yaml").read_text().replace('latest_python: "3.11"', "latest_python: none")
+    assert "latest_python: none" in text
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    flavours = load_flavours(path, load_site(None))
+    assert flavours and not any(alias.startswith("latest") for f in flavours for alias in f.aliases)

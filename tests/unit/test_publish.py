@@ -234,7 +234,8 @@ class FakeEngine:
     def remove_tag(self, ref: str) -> None:
         self.events.append(("untag", ref))
 
-    def push_image(self, repository: str, tag: str, auth: Any, on_line: Any = None) -> str:
+    def push_image(self, repository: str, tag: str, auth: Any, on_line: Any = None,
+                   layer_status: Any = None) -> str:
         self.events.append(("push", tag))
         if tag == self.fail_on:
             raise Failure(f"push of {repository}:{tag} failed: {self.error_text}", rule="push")

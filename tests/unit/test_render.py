@@ -114,22 +114,32 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     dockerfile = render.render_flavour(flavour)["Dockerfile"]
     assert "ARG BASE_IMAGE=python:3.11-slim-bookworm\n" in dockerfile
     assert [line.split(" AS ")[1] for line in dockerfile.splitlines() if line.startswith("FROM ")] == [
-        "base", "wheels", "runtime"]
-    base, wheels_stage, runtime = (stage(dockerfile, name) for name in ("base", "wheels", "runtime"))
-    assert "libpython3.11.so.1.0" in base and "python3.11 -m venv /opt/venv" in base
-    assert "COPY pip/ /tmp/pip/" in wheels_stage and "COPY wheelhouse/ /tmp/wheelhouse/" in wheels_stage
-    assert "--require-hashes --only-binary=:all:" in wheels_stage
-    # The CA and pip settings never reach the runtime stage: it copies the venv alone.
+        "venv", "base", "wheels", "runtime"]
+    venv, base, wheels_stage, runtime = (stage(dockerfile, name) for name in ("venv", "base", "wheels", "runtime"))
+    assert "libpython3.11.so.1.0" in venv and "python3.11 -m venv /opt/venv" in venv
+    assert "COPY --from=venv /layers/venv/ /" in base
+    assert "COPY wheelhouse/ /tmp/wheelhouse/" in wheels_stage and "--require-hashes --only-binary=:all:" in wheels_stage
+    # The pip settings and the CA are BuildKit secrets of the pip step: never copied, never in the context.
+    assert "--mount=type=secret,id=pip.conf,target=/tmp/pip/pip.conf" in wheels_stage
+    assert "--mount=type=secret,id=ca.crt,target=/tmp/pip/ca.crt" in wheels_stage
+    assert "COPY pip/" not in dockerfile
+    assert 'SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH}" PYTHONHASHSEED=0' in wheels_stage
+    assert "/tmp/split_layers.py" in wheels_stage
+    assert 'RUN find /layers/smoke -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +' in wheels_stage
+    # The runtime stage copies layer trees only: the wheel groups bottom-up, libtpu last, then the smoke suite.
     assert "/tmp/pip" not in runtime and "PIP_CONFIG_FILE" not in runtime
-    assert "COPY --from=wheels /opt/venv /opt/venv" in runtime
-    assert "COPY xla_smoke/ /opt/venv/lib/python3.11/site-packages/xla_smoke/" in runtime
+    copies = [line for line in runtime.splitlines() if line.startswith("COPY ")]
+    assert copies == [f"COPY --from=wheels /layers/{name}/ /" for name in
+                      ("torch-any", "torch", "torch_xla", "libtpu", "smoke")]
+    cpu = render.render_flavour(fixed_flavours()["r2.9.0_3.11_cpu"])["Dockerfile"]
+    assert "/layers/libtpu/" not in cpu and "/layers/torch_xla/" in cpu
     assert "PJRT_DEVICE=\"TPU\"" in runtime and "PATH=/opt/venv/bin:$PATH" in runtime
     for name, value in flavour.labels.items():
         assert f'{name}="{value}"' in runtime
     assert 'io.xla-images.flavour-id="${FLAVOUR_ID}"' in runtime
     assert runtime.rstrip().endswith('CMD ["python"]')
     # Labels come after everything heavy, so a new flavour id does not invalidate cached layers.
-    assert runtime.index("ARG FLAVOUR_ID") > runtime.index("COPY xla_smoke/")
+    assert runtime.index("ARG FLAVOUR_ID") > runtime.index("COPY --from=wheels /layers/smoke/ /")
 
 
 def test_no_site_setting_leaks_into_the_render() -> None:

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Layer sharing, reproducibility and transfer of real flavours. Prints figures; asserts nothing.
+
+    python benchmarks/bench_layers.py [--steps build,push,bake,single,pull,py313] [--port 5010]
+                                      [--wheelhouse DIR] [--keep]
+
+Builds (through BuildKit) r2.9.0_3.11_cpu and r2.9.0_3.11_tpuvm under a local repository of its own
+(XLA_IMAGES_LOCAL_REPOSITORY, default xla-images-bench-layers), starts a registry of its own on --port (state in
+a temp dir) and measures:
+
+  build     build time of each flavour; bytes (uncompressed, per layer) the cpu and tpu images share
+  push      push time of the cpu flavour (cold registry), then of the tpu flavour (goal <= 0.2x); bytes
+            uploaded vs already present; registry storage vs the sum of the images' compressed sizes
+  bake      the cpu flavour again through `docker buildx bake` on the generated docker-bake.json, with
+            --no-cache (every step re-run, nothing from the build cache): share of layer digests equal (goal 100%)
+  single    the same flavour in the single-layer layout (one COPY of every group) for comparison:
+            build (from the same wheels stage), push to a cold repository, pull
+  pull      pull time of the layered cpu image after removing it locally
+  py313     r2.9.0_3.13_cpu (base bootstrapped from trixie if absent): layers shared with 3.11, storage of
+            all pushed flavours vs the sum of their sizes (goal <= 0.5)
+Images, the registry and its data are removed at the end unless --keep.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images-bench-layers")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from xla_images import build, cigen, engine, publish, render  # noqa: E402
+from xla_images.plan import load_plan  # noqa: E402
+
+CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
+SINGLE_REPOSITORY = "xla-images-bench-single"
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+class Log:
+    """Reporter: build output to a file, states to stdout once per step."""
+
+    def __init__(self, path: Path) -> None:
+        self.handle = path.open("a", encoding="utf-8")
+
+    def state(self, flavour, text: str) -> None:
+        pass
+
+    def line(self, flavour, text: str) -> None:
+        self.handle.write(f"{flavour.tag} {text}\n")
+        if text.startswith("layer "):
+            say(f"  {flavour.tag}: {text}")
+
+    def finished(self, result) -> None:
+        say(f"  {result.flavour.tag}: {result.outcome.value} in {result.seconds:.0f} s {result.message}")
+
+    def notice(self, text: str) -> None:
+        say(text)
+
+
+def start_registry(port: int, state: Path) -> dict[str, str]:
+    env = {**os.environ, "PORT": str(port), "XLA_IMAGES_STATE": str(state)}
+    subprocess.run(["bash", str(REPO / "ci" / "registry.sh"), "start"], env=env, check=True, capture_output=True)
+    return env
+
+
+def registry_bytes(state: Path, port: int) -> int:
+    data = state / "registry" / str(port) / "data"
+    return sum(path.stat().st_size for path in data.rglob("*") if path.is_file())
+
+
+def manifest_bytes(client: publish.RegistryClient, tag: str) -> int:
+    manifest = client.manifest(tag)
+    return sum(int(blob["size"]) for blob in manifest["layers"]) + int(manifest["config"]["size"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="build,push,bake,single,pull,py313")
+    parser.add_argument("--port", type=int, default=5010)
+    parser.add_argument("--wheelhouse", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    steps = set(args.steps.split(","))
+    plan = load_plan(REPO / "matrix.yaml")
+    flavours = {flavour.tag: flavour for flavour in plan.flavours}
+    work = Path(tempfile.mkdtemp(prefix="bench-layers-"))
+    log = Log(work / "build.log")
+    options = build.BuildOptions(wheelhouse=args.wheelhouse, reports_dir=work / "reports")
+    say(f"engine {engine.engine_version()}, buildx {engine.buildx_info().version} "
+        f"({engine.buildx_info().driver} driver); BuildKit: {engine.use_buildkit()}; logs in {work}")
+    registry = publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench")
+    env = start_registry(args.port, work / "state")
+    client = publish.RegistryClient(registry)
+    pushed: list[str] = []
+    local = {tag: build.local_ref(flavours[tag]) for tag in (CPU, TPU, CPU313)}
+    try:
+        if "build" in steps:
+            for tag in (CPU, TPU):
+                results = build.build_flavours(plan, [flavours[tag]], options, log)
+                if results[0].outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED):
+                    say(f"build of {tag} failed: {results[0].message}")
+                    return 1
+            check = engine.run_container(local[CPU], ["python", "-c", "import torch, torch_xla; print("
+                                                      "torch.__version__, torch_xla.__version__)"], role="bench")
+            say(f"import check in {CPU}: exit {check.exit_code}: {check.output.strip()[-200:]}")
+            cpu, tpu = engine.image_layers(local[CPU]), engine.image_layers(local[TPU])
+            say(f"cpu/tpu layers: {len(cpu)} / {len(tpu)}, shared {sum(1 for layer in tpu if layer in cpu)} "
+                f"(diff ids; the split's per-group sizes are in the build log lines above)")
+        if "push" in steps:
+            transfers: dict[str, publish.Transfer] = {}
+            seconds = {}
+            for tag in (CPU, TPU):
+                started = time.monotonic()
+                publish.push_flavour(flavours[tag], registry, client, None, lambda line: None, transfers)
+                seconds[tag] = time.monotonic() - started
+                pushed.append(tag)
+                say(f"push {tag}: {seconds[tag]:.1f} s, {transfers[tag].describe()}")
+            say(f"push time second/first: {seconds[TPU] / seconds[CPU]:.3f}x (goal <= 0.2x)")
+            blobs = {tag: {blob["digest"]: int(blob["size"]) for blob in client.manifest(tag)["layers"]}
+                     for tag in (CPU, TPU)}
+            shared = sum(size for digest, size in blobs[TPU].items() if digest in blobs[CPU])
+            say(f"compressed bytes shared by cpu and tpu: {shared / 1e9:.2f} GB of tpu's "
+                f"{sum(blobs[TPU].values()) / 1e9:.2f} GB ({100 * shared / sum(blobs[TPU].values()):.1f}%); "
+                f"tpu only: {(sum(blobs[TPU].values()) - shared) / 1e6:.0f} MB")
+            stored = registry_bytes(work / "state", args.port)
+            total = sum(manifest_bytes(client, tag) for tag in pushed)
+            say(f"registry storage {stored / 1e9:.2f} GB for {len(pushed)} flavours whose images sum to "
+                f"{total / 1e9:.2f} GB compressed: ratio {stored / total:.2f}")
+        if "bake" in steps:
+            if "build" not in steps:  # bake alone: the cpu flavour built by build.py first, to compare with
+                (result,) = build.build_flavours(plan, [flavours[CPU]], options, log)
+                if result.outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED):
+                    say(f"build of {CPU} failed: {result.message}")
+                    return 1
+            contexts = work / "bake"
+            override = cigen.assemble_bake_contexts(plan, [flavours[CPU]], contexts)
+            target = cigen.bake_target_name(flavours[CPU])
+            bake_ref = f"xla-images-bench-bake:{CPU}"
+            started = time.monotonic()
+            engine.bake([REPO / cigen.BAKE_FILE, override], [target], lambda line: log.handle.write(line + "\n"), no_cache=True,
+                        overrides=[f"{target}.tags={bake_ref}"])
+            say(f"bake --no-cache of {CPU}: {time.monotonic() - started:.0f} s")
+            before, after = engine.image_layers(local[CPU]), engine.image_layers(bake_ref)
+            equal = sum(1 for old, new in zip(before, after) if old == new)
+            say(f"rebuild digest equality: {equal}/{len(before)} layers equal "
+                f"({100 * equal / len(before):.0f}%, goal 100%), layer counts {len(before)}/{len(after)}")
+            engine.remove_tag(bake_ref)
+        if "single" in steps:
+            single_ref = f"{SINGLE_REPOSITORY}:{CPU}"
+            started = time.monotonic()
+            single_image(plan, flavours[CPU], work, single_ref, args.wheelhouse, log)
+            say(f"single-layer build of {CPU} (wheels stage from cache): {time.monotonic() - started:.0f} s, "
+                f"{len(engine.image_layers(single_ref))} layers")
+            single_registry = publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench-single")
+            engine.tag_image(single_ref, single_registry.name, CPU)
+            started = time.monotonic()
+            engine.push_image(single_registry.name, CPU, None)
+            say(f"single-layer push (cold repository; blobs are new): {time.monotonic() - started:.1f} s")
+            engine.remove_tag(single_registry.ref(CPU))
+            engine.remove_tag(single_ref)
+            started = time.monotonic()
+            engine.pull_image(single_registry.ref(CPU), None)
+            say(f"single-layer pull: {time.monotonic() - started:.1f} s")
+            engine.remove_tag(single_registry.ref(CPU))
+        if "pull" in steps and CPU in pushed:
+            image_id = engine.image_inspect(local[CPU])["Id"]
+            for name in flavours[CPU].tags:
+                engine.remove_tag(build.local_ref(flavours[CPU], name))
+            engine.remove_image(image_id, force=True)
+            started = time.monotonic()
+            engine.pull_image(registry.ref(CPU), None)
+            say(f"layered pull of {CPU} (tpu's layers are still local: shared ones are not fetched): "
+                f"{time.monotonic() - started:.1f} s")
+            engine.tag_image(registry.ref(CPU), build.LOCAL_REPOSITORY, CPU)
+            engine.remove_tag(registry.ref(CPU))
+        if "py313" in steps:
+            from xla_images import base as bases
+
+            if bases.find_base("3.13") is None:
+                started = time.monotonic()
+                bases.ensure_base("3.13", say=lambda line: None)
+                say(f"bootstrapped the python 3.13 base in {time.monotonic() - started:.0f} s")
+            results = build.build_flavours(plan, [flavours[CPU313]], options, log)
+            if results[0].outcome in (build.Outcome.BUILT, build.Outcome.SKIPPED):
+                c311, c313 = engine.image_layers(local[CPU]), engine.image_layers(local[CPU313])
+                say(f"3.13 cpu shares {sum(1 for layer in c313 if layer in c311)} of {len(c313)} layers with 3.11 cpu")
+                transfers = {}
+                started = time.monotonic()
+                publish.push_flavour(flavours[CPU313], registry, client, None, lambda line: None, transfers)
+                pushed.append(CPU313)
+                say(f"push {CPU313}: {time.monotonic() - started:.1f} s, {transfers[CPU313].describe()}")
+                stored = registry_bytes(work / "state", args.port)
+                total = sum(manifest_bytes(client, tag) for tag in pushed)
+                say(f"registry storage {stored / 1e9:.2f} GB for {len(pushed)} flavours ({', '.join(pushed)}) "
+                    f"whose images sum to {total / 1e9:.2f} GB compressed: ratio {stored / total:.2f} (goal <= 0.5)")
+            else:
+                say(f"build of {CPU313} failed: {results[0].message}")
+    finally:
+        if not args.keep:
+            subprocess.run(["bash", str(REPO / "ci" / "registry.sh"), "stop"], env=env, capture_output=True)
+            for tag, ref in local.items():
+                flavour = flavours[tag]
+                attrs = engine.image_inspect(ref)
+                for name in flavour.tags:
+                    engine.remove_tag(build.local_ref(flavour, name))
+                if attrs is not None:
+                    engine.remove_image(attrs["Id"], force=True)
+            shutil.rmtree(work / "state", ignore_errors=True)
+            shutil.rmtree(work / "bake", ignore_errors=True)
+    return 0
+
+
+def single_image(plan, flavour, work: Path, ref: str, wheelhouse: Path | None, log: Log) -> None:
+    """The same flavour with every group in one COPY: the single-layer layout, for comparison."""
+    context = work / "single"
+    context.mkdir()
+    build.write_context(plan, flavour, context, wheelhouse)
+    dockerfile = (context / "Dockerfile").read_text()
+    lines = dockerfile.splitlines()
+    copies = [line for line in lines if line.startswith("COPY --from=wheels /layers/")]
+    sources = " ".join(line.split()[2] for line in copies)
+    merged = [line for line in lines if line not in copies[1:]]
+    merged[merged.index(copies[0])] = f"COPY --from=wheels {sources} /"
+    (context / "Dockerfile").write_text("\n".join(merged) + "\n")
+    args = {"BASE_IMAGE": build.choose_base(flavour.python, flavour.base_image), "FLAVOUR_ID": flavour.id,
+            "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
+    image_id = engine.BuildKitBuild(context, args, secrets=build.context_secrets(context)).run(
+        lambda line: log.handle.write(line + "\n"))
+    engine.tag_image(image_id, *ref.split(":"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
