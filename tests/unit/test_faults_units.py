@@ -31,7 +31,8 @@ class FlakyPush:
         self.calls = 0
         self.tags: list[str] = []
 
-    def push_image(self, repository: str, tag: str, auth: object, on_line: object = None) -> str:
+    def push_image(self, repository: str, tag: str, auth: object, on_line: object = None,
+                   layer_status: object = None) -> str:
         self.calls += 1
         if self.errors:
             raise Failure(f"push of {repository}:{tag} failed: {self.errors.pop(0)}", rule="push")
