@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,41 +21,25 @@ import pytest
 import requests
 
 from faultproxy import Fault, FaultProxy
-from test_publish_registry import (ACCEPT, PASSWORD, REPO, Project, RegistryProcess, build_image, free_port,
-                                   make_project, registry_named_images)
+from registry_process import ACCEPT, REPO, RegistryProcess, free_port, running
+from test_publish_registry import PASSWORD, Project, build_image, make_project, registry_named_images
 from xla_images import build, engine
 
 REPOSITORY = "xla-images"
-PORTS = range(5020, 5030)  # this suite's share of loopback ports; anything free if they are taken
-
-
-def pick_port(taken: set[int] = frozenset()) -> int:
-    for port in PORTS:
-        if port in taken:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    return free_port()
+PORTS = range(5060, 5070)  # this suite's share of loopback ports; anything free if they are taken
 
 
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(tmp_path / "state", pick_port())
-    process.start()
-    try:
+    with running(tmp_path / "state", PORTS) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture
 def proxy(registry: RegistryProcess) -> Iterator[FaultProxy]:
-    with FaultProxy(("127.0.0.1", registry.port), pick_port({registry.port}), lifetime=240) as running:
-        yield running
+    # The registry listens on its port, so the probe passes over it.
+    with FaultProxy(("127.0.0.1", registry.port), free_port(PORTS), lifetime=240) as running_proxy:
+        yield running_proxy
 
 
 @pytest.fixture

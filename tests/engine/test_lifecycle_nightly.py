@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 import lifecycle_support as support
+from registry_process import RegistryProcess, running
 from xla_images import build, checks, wheels
 from xla_images.flavour import Flavour
 
@@ -26,13 +27,9 @@ CHECKS = "nightly or package_version or import_torch_xla or labels or environmen
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[support.LocalRegistry]:
-    process = support.LocalRegistry(tmp_path / "state", support.free_port())
-    process.script("start")
-    try:
+def registry(tmp_path: Path) -> Iterator[RegistryProcess]:
+    with running(tmp_path / "state", support.PORTS) as process:
         yield process
-    finally:
-        process.script("stop")
 
 
 def nightly_project(make_project: Callable, wheel_maker: Callable, registry_host: str, *,
@@ -78,7 +75,7 @@ def run_checks(flavour: Flavour, tmp_path: Path) -> checks.ChecksResult:
 
 
 def test_a_consistent_night_is_checked_and_pushed_under_both_tags(
-        make_project, wheel_maker, registry: support.LocalRegistry, tmp_path: Path, no_leaked_containers) -> None:
+        make_project, wheel_maker, registry: RegistryProcess, tmp_path: Path, no_leaked_containers) -> None:
     project, flavour = nightly_project(make_project, wheel_maker, registry.host)
     assert flavour.tags == (TAG, f"{TAG}_{NIGHT}")
     assert flavour.labels["io.xla-images.nightly-date"] == NIGHT
@@ -99,7 +96,7 @@ def test_a_consistent_night_is_checked_and_pushed_under_both_tags(
 
 
 def test_a_stale_torch_xla_is_refused_before_anything_is_pushed(
-        make_project, wheel_maker, registry: support.LocalRegistry, tmp_path: Path, no_leaked_containers) -> None:
+        make_project, wheel_maker, registry: RegistryProcess, tmp_path: Path, no_leaked_containers) -> None:
     project, flavour = nightly_project(make_project, wheel_maker, registry.host,
                                        torch_xla_module=f"{BASE}.dev{STALE_NIGHT}")
     built = project.cli("build", TAG)

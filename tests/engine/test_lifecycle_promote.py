@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 import lifecycle_support as support
+from registry_process import RegistryProcess, running
 from xla_images import engine
 from xla_images.plan import load_plan
 
@@ -23,19 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[support.LocalRegistry,
-                                                                              support.LocalRegistry]]:
+def registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RegistryProcess, RegistryProcess]]:
     """Two registries for the module; each test uses repositories of its own (and counts blobs as deltas)."""
-    started = []
-    try:
-        for name in ("staging", "production"):
-            process = support.LocalRegistry(tmp_path_factory.mktemp(name), support.free_port())
-            process.script("start")
-            started.append(process)
-        yield started[0], started[1]
-    finally:
-        for process in started:
-            process.script("stop")
+    with running(tmp_path_factory.mktemp("staging"), support.PORTS) as staging, \
+            running(tmp_path_factory.mktemp("production"), support.PORTS) as production:
+        yield staging, production
 
 
 class Project:

@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 import lifecycle_support as support
+from registry_process import RegistryProcess, running
 from xla_images import engine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,16 +28,12 @@ OLD_NIGHTS = ("20200101", "20200102", "20200103", "20200104", "20200105")
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[support.LocalRegistry]:
-    process = support.LocalRegistry(tmp_path / "state", support.free_port())
-    process.script("start")
-    try:
+def registry(tmp_path: Path) -> Iterator[RegistryProcess]:
+    with running(tmp_path / "state", support.PORTS) as process:
         yield process
-    finally:
-        process.script("stop")
 
 
-def cli(root: Path, registry: support.LocalRegistry, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(root: Path, registry: RegistryProcess, *args: str) -> subprocess.CompletedProcess[str]:
     (root / "matrix.yaml").write_text(
         "schema: 1\ndefaults:\n  pythons: [\"3.11\"]\n  accelerators: [cpu]\n  latest_python: \"3.11\"\n"
         "releases:\n  \"7.1.0\":\n    torch: \"7.1.0\"\n    pytorch_git_rev: v7.1.0\n    xla_git_rev: v7.1.0\n"
@@ -49,7 +46,7 @@ def cli(root: Path, registry: support.LocalRegistry, *args: str) -> subprocess.C
 
 
 def test_prune_keeps_the_newest_and_the_protected_then_collects_exactly_the_rest(
-        registry: support.LocalRegistry, tmp_path: Path) -> None:
+        registry: RegistryProcess, tmp_path: Path) -> None:
     repo = "xla-prune"
     recent = (datetime.date.today() - datetime.timedelta(days=1)).strftime("%Y%m%d")
     nights = {night: support.push_image(registry, repo, [f"{SERIES}_{night}"], os.urandom(48 << 10))
@@ -116,7 +113,7 @@ def _cosign_tag(digest: str) -> str:
     return digest.replace(":", "-") + ".sig"
 
 
-def test_bad_protect_file_is_a_clear_error_and_deletes_nothing(registry: support.LocalRegistry,
+def test_bad_protect_file_is_a_clear_error_and_deletes_nothing(registry: RegistryProcess,
                                                                 tmp_path: Path) -> None:
     support.push_image(registry, "xla-prune", [f"{SERIES}_20200101"], os.urandom(1024))
     protect = tmp_path / "protect.txt"

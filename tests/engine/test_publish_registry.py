@@ -1,4 +1,4 @@
-"""Publishing against the real engine and real registry processes (ci/registry.sh on free 127.0.0.1 ports).
+"""Publishing against the real engine and real registry processes (registry_process: ci/registry.sh on free ports).
 
 The images are small (FROM scratch, random data, the flavour-id label) and belong to a throw-away matrix with
 a release no real matrix has, so nothing here touches real flavours' images or the suite registry.
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,94 +15,21 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import requests
 
+from registry_process import REPO, RegistryProcess, free_port, running
 from xla_images import build, engine, publish
 from xla_images.flavour import Flavour
 from xla_images.plan import load_plan
 
-REPO = Path(__file__).resolve().parents[2]
-REGISTRY_SCRIPT = REPO / "ci" / "registry.sh"
 PASSWORD = "pw-" + os.urandom(12).hex()
-ACCEPT = ", ".join(publish.MANIFEST_MEDIA_TYPES)
 
 
 # --- fixtures --------------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass
-class RegistryProcess:
-    """A docker-registry of our own, through ci/registry.sh, with its state in a temp dir."""
-
-    state: Path
-    port: int
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "PORT": str(self.port), "XLA_IMAGES_STATE": str(self.state)}
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def data(self) -> Path:
-        return self.state / "registry" / str(self.port) / "data"
-
-    def run(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(REGISTRY_SCRIPT), command], env=self.env, capture_output=True,
-                              text=True, timeout=120)
-
-    def start(self) -> None:
-        result = self.run("start")
-        assert result.returncode == 0, result.stderr
-
-    def stop(self) -> None:
-        self.run("stop")
-
-    def crash(self) -> None:
-        """SIGKILL, as a power cut or OOM kill would: no graceful shutdown."""
-        pid_file = self.state / "registry" / str(self.port) / "registry.pid"
-        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while self.answers() and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def answers(self) -> bool:
-        try:
-            return requests.get(f"http://{self.host}/v2/", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def stored_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.data.rglob("*") if p.is_file()) if self.data.exists() else 0
-
-    def digest(self, repository: str, tag: str) -> str | None:
-        response = requests.head(f"http://{self.host}/v2/{repository}/manifests/{tag}", headers={"Accept": ACCEPT},
-                                 timeout=10)
-        if response.status_code == 404:
-            return None
-        response.raise_for_status()
-        return response.headers["Docker-Content-Digest"]
-
-    def tags(self, repository: str) -> list[str]:
-        response = requests.get(f"http://{self.host}/v2/{repository}/tags/list", timeout=10)
-        return [] if response.status_code == 404 else sorted(response.json().get("tags") or [])
-
-
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(tmp_path / "state", free_port())
-    process.start()
-    try:
+    with running(tmp_path / "state") as process:  # any free port: this suite needs no fixed range
         yield process
-    finally:
-        process.stop()
 
 
 @dataclass

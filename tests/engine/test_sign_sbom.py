@@ -1,4 +1,4 @@
-"""SBOMs and cosign signatures on the real engine and a registry of our own (ci/registry.sh, ports 5040-5049).
+"""SBOMs and cosign signatures on the real engine and a registry of our own (ci/registry.sh, ports 5080-5089).
 
 The images are conftest's tiny flavours: the bootstrapped Debian base (a real dpkg status) plus a venv with
 locally built torch/torch_xla wheels installed from a hash-pinned lock by the real Dockerfile. Keys are made
@@ -8,80 +8,40 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 import requests
 
+from registry_process import REPO, RegistryProcess, running
 from xla_images import build, engine, sbom, wheels
 from xla_images.build import BuildOptions, Outcome
 
-REPO = Path(__file__).resolve().parents[2]
-PORTS = range(5040, 5050)  # this suite's share of 127.0.0.1
+PORTS = range(5080, 5090)  # this suite's share of 127.0.0.1
 REPOSITORY = "xla-images-signing"
 KEY_PASSWORD = "key-pw-" + os.urandom(8).hex()
 SIGNED, UNSIGNED = "8.113.0", "8.114.0"
 
 
-def _free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.fail(f"no free port in {PORTS.start}-{PORTS.stop - 1} for the signing registry")
-
-
-@dataclass
-class Registry:
-    state: Path
-    port: int
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def target(self) -> str:
-        return f"{self.host}/{REPOSITORY}"
-
-    def script(self, command: str) -> None:
-        env = {**os.environ, "PORT": str(self.port), "XLA_IMAGES_STATE": str(self.state)}
-        result = subprocess.run(["bash", str(REPO / "ci" / "registry.sh"), command], env=env, capture_output=True,
-                                text=True, timeout=120)
-        assert result.returncode == 0, result.stderr
-
-    def tag_digest(self, tag: str) -> str:
-        response = requests.head(f"http://{self.host}/v2/{REPOSITORY}/manifests/{tag}", timeout=10,
-                                 headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json, "
-                                                    "application/vnd.oci.image.manifest.v1+json"})
-        response.raise_for_status()
-        return response.headers["Docker-Content-Digest"]
-
-    def copy_manifest(self, source_tag: str, target_tag: str) -> None:
-        """What a forger can do without the key: reuse a valid signature manifest under another digest's tag."""
-        kind = "application/vnd.oci.image.manifest.v1+json"
-        url = f"http://{self.host}/v2/{REPOSITORY}/manifests/"
-        body = requests.get(url + source_tag, headers={"Accept": kind}, timeout=10)
-        body.raise_for_status()
-        requests.put(url + target_tag, data=body.content, headers={"Content-Type": kind},
-                     timeout=10).raise_for_status()
-
-
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory) -> Iterator[Registry]:
-    process = Registry(tmp_path_factory.mktemp("signing-registry"), _free_port())
-    process.script("start")
-    try:
+def registry(tmp_path_factory) -> Iterator[RegistryProcess]:
+    with running(tmp_path_factory.mktemp("signing-registry"), PORTS) as process:
         yield process
-    finally:
-        process.script("stop")
+
+
+def target(registry: RegistryProcess) -> str:
+    return f"{registry.host}/{REPOSITORY}"
+
+
+def copy_manifest(registry: RegistryProcess, source_tag: str, target_tag: str) -> None:
+    """What a forger can do without the key: reuse a valid signature manifest under another digest's tag."""
+    kind = "application/vnd.oci.image.manifest.v1+json"
+    url = f"{registry.url}/v2/{REPOSITORY}/manifests/"
+    body = requests.get(url + source_tag, headers={"Accept": kind}, timeout=10)
+    body.raise_for_status()
+    requests.put(url + target_tag, data=body.content, headers={"Content-Type": kind}, timeout=10).raise_for_status()
 
 
 @pytest.fixture(scope="module")
@@ -97,13 +57,13 @@ def keys(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def project(make_project, registry: Registry):
+def project(make_project, registry: RegistryProcess):
     """Two flavours built from the real Dockerfile and pushed to our registry; the local images go at the end."""
     created = make_project(SIGNED, UNSIGNED)
     plan = created.plan()
     results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), _Quiet())
     assert [result.outcome for result in results] == [Outcome.BUILT] * 2, [result.message for result in results]
-    pushed = created.cli("push", "--registry", registry.target)
+    pushed = created.cli("push", "--registry", target(registry))
     assert pushed.returncode == 0, pushed.stderr
     yield created
     for flavour in plan.flavours:
@@ -256,25 +216,26 @@ def test_a_different_image_behind_the_tag_is_refused(project, keys, registry, tm
     # Someone re-pushes another image under the signed flavour's tag.
     (tmp_path / "payload").write_bytes(os.urandom(1024))
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY payload /payload\n")
-    image_id = engine.build_directory(tmp_path, f"{registry.target}:{flavour.tag}")
+    image_id = engine.build_directory(tmp_path, f"{target(registry)}:{flavour.tag}")
     try:
-        engine.push_image(registry.target, flavour.tag, None)
+        engine.push_image(target(registry), flavour.tag, None)
     finally:
         engine.remove_image(image_id, force=True)
-    tampered = registry.tag_digest(flavour.tag)
-    assert f"{registry.target}@{tampered}" != signed_ref
+    tampered = registry.digest(REPOSITORY, flavour.tag)
+    assert tampered is not None, f"{flavour.tag} is not in the registry"
+    assert f"{target(registry)}@{tampered}" != signed_ref
 
-    from_tags = cli(project, "resolve", "--registry", registry.target, "--torch-xla", SIGNED, "--verify",
+    from_tags = cli(project, "resolve", "--registry", target(registry), "--torch-xla", SIGNED, "--verify",
                     "--key", pub)
     assert from_tags.returncode == 1 and from_tags.stdout == ""
-    assert f"refusing {registry.target}@{tampered}: it is not signed" in from_tags.stderr
+    assert f"refusing {target(registry)}@{tampered}: it is not signed" in from_tags.stderr
 
     # A forger copies the valid signature to the new digest: the signature names the old digest, refused.
-    registry.copy_manifest(f"sha256-{signed_ref.rpartition(':')[2]}.sig",
-                           f"sha256-{tampered.removeprefix('sha256:')}.sig")
-    copied = cli(project, "pull", "--registry", registry.target, "--torch-xla", SIGNED, "--verify", "--key", pub)
+    copy_manifest(registry, f"sha256-{signed_ref.rpartition(':')[2]}.sig",
+                  f"sha256-{tampered.removeprefix('sha256:')}.sig")
+    copied = cli(project, "pull", "--registry", target(registry), "--torch-xla", SIGNED, "--verify", "--key", pub)
     assert copied.returncode == 1 and "signature was made for another digest" in copied.stderr
-    assert engine.image_inspect(f"{registry.target}@{tampered}") is None
+    assert engine.image_inspect(f"{target(registry)}@{tampered}") is None
 
     # published.json still names the signed digest, which pulling by digest gets, whatever the tag says...
     recorded = cli(project, "resolve", "--torch-xla", SIGNED, "--verify", "--key", pub)
