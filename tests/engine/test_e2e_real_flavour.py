@@ -90,6 +90,16 @@ def registry() -> publish.Registry:
     return registry
 
 
+@pytest.fixture(scope="module", autouse=True)
+def real_flavour_names() -> Iterator[None]:
+    """The built image stays for the bake test below; with XLA_IMAGES_TEST_CLEANUP=1 its names go at the end."""
+    yield
+    if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
+        (flavour,) = load_plan(REPO / "matrix.yaml").select((TAG,))
+        for name in flavour.tags:
+            engine.remove_tag(build.local_ref(flavour, name))
+
+
 @pytest.fixture
 def phases(record_property: Callable[[str, object], None]) -> Iterator[Phases]:
     recorded = Phases(record_property)
@@ -178,9 +188,6 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
         engine.remove_image(downstream, force=True)
         if pulled_ref is not None:
             engine.remove_tag(pulled_ref)
-        if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
-            for name in flavour.tags:
-                engine.remove_tag(build.local_ref(flavour, name))
     leftovers = engine.api().containers(all=True, filters={"ancestor": image_id})
     assert leftovers == [], f"containers left behind: {[item['Names'] for item in leftovers]}"
     # Timings are reported, never asserted (house rule: speed targets live in benchmarks/).

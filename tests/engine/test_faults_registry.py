@@ -208,7 +208,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
     engine.remove_image(build.local_ref(project.flavour), force=True)
     proxy.add(Fault("reset", method="GET", path="/blobs/sha256:", direction="response", after_bytes=1 << 20))
     try:
-        pulled = project.cli("pull", "--python", "3.11", timeout=120)
+        pulled = project.cli("pull", "--python", "3.11", timeout=300)
         assert pulled.returncode == 0, pulled.stderr
         assert pulled.stdout.strip() == ref
         assert "reset" in proxy.fired_kinds()
@@ -222,7 +222,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
     down = project.cli("resolve", "--python", "3.11")
     assert down.returncode == 0 and down.stdout.strip() == ref, down.stderr
     assert f"warning: could not re-verify {ref}: registry {proxy.address} does not answer (HTTP 503)" in down.stderr
-    pull_down = project.cli("pull", "--python", "3.11", timeout=120)
+    pull_down = project.cli("pull", "--python", "3.11", timeout=300)
     assert pull_down.returncode == 1 and "pull of" in pull_down.stderr, pull_down.stderr
     for result in (down, pull_down):
         assert "Traceback" not in result.stderr
