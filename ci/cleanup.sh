@@ -14,7 +14,8 @@ if docker info >/dev/null 2>&1; then
         docker rmi --force "${images[@]}" >/dev/null || true
     fi
     docker image prune --force >/dev/null
-    docker builder prune --force >/dev/null 2>&1 || true
+    # BuildKit keeps ~8 GB of cache per real flavour build; only --all frees what no image references.
+    docker builder prune --all --force >/dev/null 2>&1 || true
 fi
 bash "$ROOT/ci/registry.sh" wipe || true
 df -h / | tail -1 | awk '{print "cleanup: disk free " $4}'
