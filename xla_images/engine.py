@@ -578,13 +578,8 @@ def _short_id(image_id: str) -> str:
 # publishing. Every container started here is labelled CREATED_BY_LABEL=<role> and removed by the function
 # that started it, even on Ctrl-C (removal goes by the container's name, which exists before its id does).
 # Imports of this section only (the top of the file belongs to the build side).
-import contextlib  # noqa: E402
 import secrets  # noqa: E402
-import tempfile  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Callable, Iterator  # noqa: E402
-
-import requests  # noqa: E402
+from typing import Iterator  # noqa: E402
 
 LineSink = Callable[[str], None]
 

@@ -179,7 +179,7 @@ def test_a_command_importing_a_missing_dependency_exits_2(monkeypatch: pytest.Mo
 @pytest.mark.parametrize("entry", ["build.py", "-m xla_images"])
 def test_startup_without_a_dependency_is_one_line(entry: str) -> None:
     """A dependency missing at import (rich, blocked here): build.py and the console script's module say so."""
-    program = (f"import runpy, sys; sys.modules['rich'] = None; sys.argv = ['xla-images', 'list']; "
+    program = ("import runpy, sys; sys.modules['rich'] = None; sys.argv = ['xla-images', 'list']; "
                + (f"runpy.run_path({str(REPO / 'build.py')!r}, run_name='__main__')" if entry == "build.py"
                   else "runpy.run_module('xla_images', run_name='__main__')"))
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO,
