@@ -13,9 +13,11 @@ a temp dir) and measures:
             uploaded vs already present; registry storage vs the sum of the images' compressed sizes
   bake      the cpu flavour again through `docker buildx bake` on the generated docker-bake.json, with
             --no-cache (every step re-run, nothing from the build cache): share of layer digests equal (goal 100%)
-  single    the same flavour in the single-layer layout (one COPY of every group) for comparison:
-            build (from the same wheels stage), push to a cold repository, pull
-  pull      pull time of the layered cpu image after removing it locally
+  single    the runtime stage of the cpu flavour built again in both layouts from the same cached wheels stage
+            (layered, and single-layer: one COPY of every group); the single-layer image pushed (compare: the push
+            step's cold push of the layered one)
+  pull      cold pull of the layered cpu image (neither flavour local) and of the single-layer one; then the tpu
+            flavour after the cpu one (only its own layers are fetched)
   py313     r2.9.0_3.13_cpu (base bootstrapped from trixie if absent): layers shared with 3.11, storage of
             all pushed flavours vs the sum of their sizes (goal <= 0.5)
 Images, the registry and its data are removed at the end unless --keep.
@@ -157,33 +159,55 @@ def main() -> int:
                 f"({100 * equal / len(before):.0f}%, goal 100%), layer counts {len(before)}/{len(after)}")
             engine.remove_tag(bake_ref)
         if "single" in steps:
+            # Side by side in one run: the runtime stage of each layout built again from the same cached wheels
+            # stage (--no-cache-filter runtime); the single-layer image pushed, and pulled cold in the pull step.
             single_ref = f"{SINGLE_REPOSITORY}:{CPU}"
+            layered_ref = f"{SINGLE_REPOSITORY}-layered:{CPU}"
+            for layout, ref in (("layered", layered_ref), ("single-layer", single_ref)):
+                started = time.monotonic()
+                runtime_image(plan, flavours[CPU], work / layout, ref, args.wheelhouse, log,
+                              single_layer=layout == "single-layer")
+                say(f"{layout} build of {CPU}, runtime stage (wheels stage from cache): "
+                    f"{time.monotonic() - started:.0f} s, {len(engine.image_layers(ref))} layers")
+            # The layered layout's cold push is the push step's first one (an empty registry); the single layer
+            # is new to the registry whatever it already holds (only the base layer is shared).
+            cold = publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench-single-layer")
+            engine.tag_image(single_ref, cold.name, CPU)
             started = time.monotonic()
-            single_image(plan, flavours[CPU], work, single_ref, args.wheelhouse, log)
-            say(f"single-layer build of {CPU} (wheels stage from cache): {time.monotonic() - started:.0f} s, "
-                f"{len(engine.image_layers(single_ref))} layers")
-            single_registry = publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench-single")
-            engine.tag_image(single_ref, single_registry.name, CPU)
-            started = time.monotonic()
-            engine.push_image(single_registry.name, CPU, None)
-            say(f"single-layer push (cold repository; blobs are new): {time.monotonic() - started:.1f} s")
-            engine.remove_tag(single_registry.ref(CPU))
-            engine.remove_tag(single_ref)
-            started = time.monotonic()
-            engine.pull_image(single_registry.ref(CPU), None)
-            say(f"single-layer pull: {time.monotonic() - started:.1f} s")
-            engine.remove_tag(single_registry.ref(CPU))
+            engine.push_image(cold.name, CPU, None)
+            say(f"single-layer push (its layer is new to the registry): {time.monotonic() - started:.1f} s")
+            engine.remove_tag(cold.ref(CPU))
+            kept = engine.image_inspect(local[CPU])["Id"]  # the rebuilt layered image may be that very image
+            for ref in (layered_ref, single_ref):
+                image_id = engine.image_inspect(ref)["Id"]
+                engine.remove_tag(ref)
+                if image_id != kept:
+                    engine.remove_image(image_id, force=True)
         if "pull" in steps and CPU in pushed:
-            image_id = engine.image_inspect(local[CPU])["Id"]
-            for name in flavours[CPU].tags:
-                engine.remove_tag(build.local_ref(flavours[CPU], name))
-            engine.remove_image(image_id, force=True)
-            started = time.monotonic()
-            engine.pull_image(registry.ref(CPU), None)
-            say(f"layered pull of {CPU} (tpu's layers are still local: shared ones are not fetched): "
-                f"{time.monotonic() - started:.1f} s")
-            engine.tag_image(registry.ref(CPU), build.LOCAL_REPOSITORY, CPU)
-            engine.remove_tag(registry.ref(CPU))
+            # Cold: neither flavour of the release is local, so every layer but the base comes over the wire.
+            for tag in (CPU, TPU):
+                remove_flavour_image(flavours[tag])
+            for layout in ("layered", "single-layer"):
+                if "single" not in steps and layout == "single-layer":
+                    continue
+                ref = (registry.ref(CPU) if layout == "layered" else
+                       publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench-{layout}").ref(CPU))
+                started = time.monotonic()
+                engine.pull_image(ref, None)
+                say(f"{layout} pull of {CPU}, cold: {time.monotonic() - started:.1f} s")
+                image_id = engine.image_inspect(ref)["Id"]
+                if layout == "layered":
+                    engine.tag_image(ref, build.LOCAL_REPOSITORY, CPU)
+                engine.remove_tag(ref)
+                if layout != "layered":
+                    engine.remove_image(image_id, force=True)
+            if TPU in pushed:
+                started = time.monotonic()
+                engine.pull_image(registry.ref(TPU), None)
+                say(f"layered pull of {TPU} after {CPU} (only what the tpu flavour adds is fetched): "
+                    f"{time.monotonic() - started:.1f} s")
+                engine.tag_image(registry.ref(TPU), build.LOCAL_REPOSITORY, TPU)
+                engine.remove_tag(registry.ref(TPU))
         if "py313" in steps:
             from xla_images import base as bases
 
@@ -200,6 +224,11 @@ def main() -> int:
                 publish.push_flavour(flavours[CPU313], registry, client, None, lambda line: None, transfers)
                 pushed.append(CPU313)
                 say(f"push {CPU313}: {time.monotonic() - started:.1f} s, {transfers[CPU313].describe()}")
+                blobs = {tag: {blob["digest"]: int(blob["size"]) for blob in client.manifest(tag)["layers"]}
+                         for tag in (CPU, CPU313)}
+                shared = sum(size for digest, size in blobs[CPU313].items() if digest in blobs[CPU])
+                say(f"compressed bytes {CPU313} shares with {CPU}: {shared / 1e9:.2f} GB of "
+                    f"{sum(blobs[CPU313].values()) / 1e9:.2f} GB ({100 * shared / sum(blobs[CPU313].values()):.1f}%)")
                 stored = registry_bytes(work / "state", args.port)
                 total = sum(manifest_bytes(client, tag) for tag in pushed)
                 say(f"registry storage {stored / 1e9:.2f} GB for {len(pushed)} flavours ({', '.join(pushed)}) "
@@ -221,23 +250,38 @@ def main() -> int:
     return 0
 
 
-def single_image(plan, flavour, work: Path, ref: str, wheelhouse: Path | None, log: Log) -> None:
-    """The same flavour with every group in one COPY: the single-layer layout, for comparison."""
-    context = work / "single"
+def remove_flavour_image(flavour) -> None:
+    attrs = engine.image_inspect(build.local_ref(flavour))
+    for name in flavour.tags:
+        engine.remove_tag(build.local_ref(flavour, name))
+    if attrs is not None:
+        engine.remove_image(attrs["Id"], force=True)
+
+
+def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | None, log: Log, *,
+                  single_layer: bool) -> None:
+    """The flavour's runtime stage built again on the cached wheels stage; optionally with every group in one
+    COPY (the single-layer layout), for comparison."""
     context.mkdir()
     build.write_context(plan, flavour, context, wheelhouse)
-    dockerfile = (context / "Dockerfile").read_text()
-    lines = dockerfile.splitlines()
-    copies = [line for line in lines if line.startswith("COPY --from=wheels /layers/")]
-    sources = " ".join(line.split()[2] for line in copies)
-    merged = [line for line in lines if line not in copies[1:]]
-    merged[merged.index(copies[0])] = f"COPY --from=wheels {sources} /"
-    (context / "Dockerfile").write_text("\n".join(merged) + "\n")
+    if single_layer:
+        lines = (context / "Dockerfile").read_text().splitlines()
+        copies = [line for line in lines if line.startswith("COPY --from=wheels /layers/")]
+        sources = " ".join(line.split()[2] for line in copies)
+        merged = [line for line in lines if line not in copies[1:]]
+        merged[merged.index(copies[0])] = f"COPY --from=wheels {sources} /"
+        (context / "Dockerfile").write_text("\n".join(merged) + "\n")
     args = {"BASE_IMAGE": build.choose_base(flavour.python, flavour.base_image), "FLAVOUR_ID": flavour.id,
             "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
-    image_id = engine.BuildKitBuild(context, args, secrets=build.context_secrets(context)).run(
-        lambda line: log.handle.write(line + "\n"))
-    engine.tag_image(image_id, *ref.split(":"))
+    builder = engine.BuildKitBuild(context, args, secrets=build.context_secrets(context))
+    with tempfile.TemporaryDirectory(prefix="bench-iid-") as scratch:
+        iidfile = Path(scratch) / "iid"
+        command = builder.command(iidfile)
+        command[-1:-1] = ["--no-cache-filter", cigen.RUNTIME_STAGE]
+        errors = engine.run_buildx(command, lambda line: log.handle.write(line + "\n"))
+        if errors is not None:
+            raise SystemExit(f"{ref}: {errors}")
+        engine.tag_image(iidfile.read_text().strip(), *ref.split(":"))
 
 
 if __name__ == "__main__":
