@@ -2,11 +2,11 @@
 """Layer sharing, reproducibility and transfer of real flavours. Prints figures; asserts nothing.
 
     python benchmarks/bench_layers.py [--steps build,push,bake,single,pull,py313] [--port 5010]
-                                      [--wheelhouse DIR] [--keep]
+                                      [--wheelhouse DIR] [--keep] [--prune-cache]
 
 Builds (through BuildKit) r2.9.0_3.11_cpu and r2.9.0_3.11_tpuvm under a local repository of its own
 (XLA_IMAGES_LOCAL_REPOSITORY, default xla-images-bench-layers), starts a registry of its own on --port (state in
-a temp dir) and measures:
+a temp dir; the single-layer image goes to a second one on --port + 1) and measures:
 
   build     build time of each flavour; bytes (uncompressed, per layer) the cpu and tpu images share
   push      push time of the cpu flavour (cold registry), then of the tpu flavour (goal <= 0.2x); bytes
@@ -76,6 +76,11 @@ def start_registry(port: int, state: Path) -> dict[str, str]:
     return env
 
 
+def stop_registry(env: dict[str, str], state: Path) -> None:
+    subprocess.run(["bash", str(REPO / "ci" / "registry.sh"), "stop"], env=env, capture_output=True)
+    shutil.rmtree(state, ignore_errors=True)
+
+
 def registry_bytes(state: Path, port: int) -> int:
     data = state / "registry" / str(port) / "data"
     return sum(path.stat().st_size for path in data.rglob("*") if path.is_file())
@@ -92,6 +97,9 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=5010)
     parser.add_argument("--wheelhouse", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--prune-cache", action="store_true",
+                        help="prune the engine's unreferenced build cache after each flavour build and before the "
+                             "py313 step (one flavour's wheels stage holds ~20 GB; the whole run then fits in ~45 GB)")
     args = parser.parse_args()
     steps = set(args.steps.split(","))
     plan = load_plan(REPO / "matrix.yaml")
@@ -105,6 +113,12 @@ def main() -> int:
     env = start_registry(args.port, work / "state")
     client = publish.RegistryClient(registry)
     pushed: list[str] = []
+    single_port = args.port + 1  # the single-layer image goes to a registry of its own: storage stays comparable
+    single_env: dict[str, str] | None = None
+
+    def prune_cache() -> None:
+        if args.prune_cache:
+            subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
     local = {tag: build.local_ref(flavours[tag]) for tag in (CPU, TPU, CPU313)}
     try:
         if "build" in steps:
@@ -113,6 +127,8 @@ def main() -> int:
                 if results[0].outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED):
                     say(f"build of {tag} failed: {results[0].message}")
                     return 1
+                if "bake" in steps or tag == CPU:  # bake (no cache) and the tpu build make their own
+                    prune_cache()
             check = engine.run_container(local[CPU], ["python", "-c", "import torch, torch_xla; print("
                                                       "torch.__version__, torch_xla.__version__)"], role="bench")
             say(f"import check in {CPU}: exit {check.exit_code}: {check.output.strip()[-200:]}")
@@ -171,7 +187,8 @@ def main() -> int:
                     f"{time.monotonic() - started:.0f} s, {len(engine.image_layers(ref))} layers")
             # The layered layout's cold push is the push step's first one (an empty registry); the single layer
             # is new to the registry whatever it already holds (only the base layer is shared).
-            cold = publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench-single-layer")
+            single_env = start_registry(single_port, work / "single-state")
+            cold = publish.Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-single-layer")
             engine.tag_image(single_ref, cold.name, CPU)
             started = time.monotonic()
             engine.push_image(cold.name, CPU, None)
@@ -191,7 +208,7 @@ def main() -> int:
                 if "single" not in steps and layout == "single-layer":
                     continue
                 ref = (registry.ref(CPU) if layout == "layered" else
-                       publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench-{layout}").ref(CPU))
+                       publish.Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-{layout}").ref(CPU))
                 started = time.monotonic()
                 engine.pull_image(ref, None)
                 say(f"{layout} pull of {CPU}, cold: {time.monotonic() - started:.1f} s")
@@ -208,7 +225,11 @@ def main() -> int:
                     f"{time.monotonic() - started:.1f} s")
                 engine.tag_image(registry.ref(TPU), build.LOCAL_REPOSITORY, TPU)
                 engine.remove_tag(registry.ref(TPU))
+        if single_env is not None:
+            stop_registry(single_env, work / "single-state")
+            single_env = None
         if "py313" in steps:
+            prune_cache()
             from xla_images import base as bases
 
             if bases.find_base("3.13") is None:
@@ -237,7 +258,9 @@ def main() -> int:
                 say(f"build of {CPU313} failed: {results[0].message}")
     finally:
         if not args.keep:
-            subprocess.run(["bash", str(REPO / "ci" / "registry.sh"), "stop"], env=env, capture_output=True)
+            stop_registry(env, work / "state")
+            if single_env is not None:
+                stop_registry(single_env, work / "single-state")
             for tag, ref in local.items():
                 flavour = flavours[tag]
                 attrs = engine.image_inspect(ref)
@@ -245,7 +268,6 @@ def main() -> int:
                     engine.remove_tag(build.local_ref(flavour, name))
                 if attrs is not None:
                     engine.remove_image(attrs["Id"], force=True)
-            shutil.rmtree(work / "state", ignore_errors=True)
             shutil.rmtree(work / "bake", ignore_errors=True)
     return 0
 
