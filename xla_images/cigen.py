@@ -63,11 +63,8 @@ def generated_files(plan: Plan) -> dict[Path, str]:
 
 
 def github_files(plan: Plan) -> dict[Path, str]:
-    from .publish import PUBLISHED_SCHEMA  # the merge job checks the parts' schema
-
     context = {"actions": _action_refs(), "tool_python": TOOL_PYTHON, "matrix_limit": GITHUB_MATRIX_LIMIT,
-               "build_workflow": BUILD_WORKFLOW.name, "resolve_workflow": RESOLVE_WORKFLOW.name,
-               "published_schema": PUBLISHED_SCHEMA}
+               "build_workflow": BUILD_WORKFLOW.name, "resolve_workflow": RESOLVE_WORKFLOW.name}
     return {path: _render(path.name + ".j2", path, context)
             for path in (BUILD_WORKFLOW, RESOLVE_WORKFLOW, EXAMPLE_WORKFLOW)}
 

@@ -626,9 +626,51 @@ def record_published(path: Path, entries: list[Published]) -> None:
             # A new push to staging must not forget the copies already promoted (prune protects them).
             entry = dataclasses.replace(entry, promotions=previous.promotions)
         merged[entry.tag] = entry
+    write_published(path, merged)
+
+
+def _missing_part(part: Path) -> ConfigError:
+    if any(char in str(part) for char in "*?["):
+        # The shell passes a pattern that matched nothing on as it is: no build job uploaded a part.
+        return ConfigError(f"no published.json part matches {part}", rule="published-merge",
+                           hint="no build job pushed a flavour; see the `image` jobs' push steps")
+    return ConfigError("file not found", location=Location(str(part)), rule="published-merge",
+                       hint="pass the published.json files the build jobs uploaded")
+
+
+def write_published(path: Path, entries: Mapping[str, Published]) -> None:
+    """Write published.json atomically, flavours sorted by tag: the one format push and merge both write."""
     document = {"schema": PUBLISHED_SCHEMA,
-                "flavours": {tag: merged[tag].to_json() for tag in sorted(merged)}}
+                "flavours": {tag: entries[tag].to_json() for tag in sorted(entries)}}
     diskio.write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False) + "\n", "published.json")
+
+
+def merge_published_parts(parts: list[Path]) -> dict[str, Published]:
+    """The union of several published.json files (one per CI build job), each read and checked like resolve
+    reads one. A tag may appear in more than one part only with the same ref (registry@digest); anything else
+    is a ConfigError naming both parts. Writes nothing: the caller writes the result once every part is good.
+    """
+    if not parts:
+        raise ConfigError("no published.json part to merge", rule="published-merge",
+                          hint="pass the parts the build jobs uploaded, e.g. parts/published-*/published.json")
+    merged: dict[str, Published] = {}
+    came_from: dict[str, Path] = {}
+    for part in parts:
+        if not os.path.lexists(part):  # read_published reads a missing file as "nothing pushed yet"
+            raise _missing_part(part)
+        for tag, entry in read_published(part).items():
+            previous = merged.get(tag)
+            if previous is not None and previous.ref != entry.ref:
+                raise ConfigError(
+                    f"flavour {tag} is {previous.ref} in {came_from[tag]} but {entry.ref} in {part}",
+                    location=Location(str(part)), rule="published-merge",
+                    hint="two build jobs pushed the same tag; keep the part of the run you mean to publish")
+            merged.setdefault(tag, entry)
+            came_from.setdefault(tag, part)
+    if not merged:
+        raise ConfigError(f"no flavour in {len(parts)} published.json part(s)", rule="published-merge",
+                          hint="no build job pushed a flavour; see the `image` jobs' push steps")
+    return merged
 
 
 def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, *,

@@ -174,7 +174,7 @@ def test_run_scripts_pass_shellcheck(files: dict[Path, str], tmp_path: Path) -> 
     for relative, text in files.items():
         for index, entry in enumerate(steps(load(text))):
             script = entry.get("run")
-            if not script or script.lstrip().startswith("python3 - <<"):
+            if not script:
                 continue
             path = tmp_path / f"{relative.stem}-{index}.sh"
             path.write_text("#!/usr/bin/env bash\n" + script)
@@ -267,15 +267,39 @@ def test_matrix_job_honours_the_dispatch_filters(plan: Plan, files: dict[Path, s
     assert code == 1 and "::warning::r2.6.0_3.11_cpu_cxx11 skipped" in log and "include" not in outputs
 
 
-def test_merge_job_unions_the_parts(files: dict[Path, str], plan: Plan, tmp_path: Path) -> None:
+def test_publish_job_merges_with_the_command_not_a_heredoc(files: dict[Path, str]) -> None:
+    workflow = load(files[cigen.BUILD_WORKFLOW])
+    job = workflow["jobs"]["publish"]
+    merge = step(workflow, "publish", name="Merge the parts")
+    assert merge["run"] == "./build.py published merge parts/published-*/published.json --output published.json"
+    # The command needs the checkout and a real (not editable) install, before the parts come in.
+    names = [entry.get("name") for entry in job["steps"]]
+    assert names[:5] == ["Check out", "Set up python", "Install xla-images", "Download the parts",
+                         "Merge the parts"]
+    assert step(workflow, "publish", name="Install xla-images")["run"] == "python -m pip install ."
+    for relative, text in files.items():
+        for entry in steps(load(text)):
+            assert "<<" not in entry.get("run", ""), f"{relative}: {entry.get('name')} runs a heredoc"
+
+
+def run_merge_step(files: dict[Path, str], plan: Plan, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The publish job's merge step as GitHub runs it: bash, in a checkout, the parts downloaded under parts/."""
     script = step(load(files[cigen.BUILD_WORKFLOW]), "publish", name="Merge the parts")["run"]
+    (tmp_path / "build.py").symlink_to(plan.root / "build.py")
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(plan.root)}  # build.py is a symlink: its directory is not this checkout's
+    return subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_merge_job_unions_the_parts(files: dict[Path, str], plan: Plan, tmp_path: Path) -> None:
     chosen = plan.flavours[:3]
     for flavour in chosen:
         # Each build job's push writes a published.json holding its own flavour only.
         publish.record_published(tmp_path / "parts" / f"published-{flavour.tag}" / "published.json",
                                  [published_entry(flavour, "127.0.0.1:5000/xla-images")])
     (tmp_path / "parts" / "reports-x").mkdir()  # other artifacts may sit next to the parts
-    result = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_merge_step(files, plan, tmp_path)
     assert result.returncode == 0, result.stderr
     merged = publish.read_published(tmp_path / "published.json")
     assert sorted(merged) == sorted(f.tag for f in chosen)
@@ -286,12 +310,20 @@ def test_merge_job_unions_the_parts(files: dict[Path, str], plan: Plan, tmp_path
 
 
 def test_merge_job_refuses_a_part_of_another_schema(files: dict[Path, str], plan: Plan, tmp_path: Path) -> None:
-    script = step(load(files[cigen.BUILD_WORKFLOW]), "publish", name="Merge the parts")["run"]
     part = tmp_path / "parts" / "published-x" / "published.json"
     part.parent.mkdir(parents=True)
     part.write_text(json.dumps({"schema": 99, "flavours": {}}))
-    result = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "schema 99" in result.stderr
+    result = run_merge_step(files, plan, tmp_path)
+    assert result.returncode == 2 and "schema is 99" in result.stderr, result.stderr
+    assert "parts/published-x/published.json" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "published.json").exists()
+
+
+def test_merge_job_without_parts_says_nothing_was_published(files: dict[Path, str], plan: Plan,
+                                                            tmp_path: Path) -> None:
+    (tmp_path / "parts").mkdir()  # download-artifact found no published-* artifact
+    result = run_merge_step(files, plan, tmp_path)
+    assert result.returncode == 2 and "no published.json part matches" in result.stderr, result.stderr
     assert not (tmp_path / "published.json").exists()
 
 

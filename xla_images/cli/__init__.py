@@ -34,6 +34,7 @@ COMMANDS = (
     ("publish", "push"),
     ("publish", "resolve"),
     ("publish", "pull"),
+    ("publish", "published"),
     ("sbom", "sbom"),
     ("sign", "sign"),
     ("sign", "verify"),

@@ -131,3 +131,30 @@ def pull(resolved: resolving.Resolved) -> None:
                                      _say)
     _say(f"pulled {resolved.ref} as image {image_id}")
     click.echo(resolved.ref)
+
+
+@click.group("published")
+def published() -> None:
+    """Work on published.json, the record of verified pushes that `push` writes and `resolve` reads."""
+
+
+@published.command("merge")
+@click.argument("parts", nargs=-1, type=click.Path(path_type=Path), metavar="PART...")
+@click.option("-o", "--output", "output_path", type=click.Path(path_type=Path), default=Path(PUBLISHED_NAME),
+              show_default=True, help="Where to write the merged published.json (replaced atomically).")
+def merge(parts: tuple[Path, ...], output_path: Path) -> None:
+    """Merge published.json parts (one per CI build job) into one published.json; prints `tag: ref` per flavour.
+
+    \b
+    Every part is checked like `resolve` reads published.json; the same tag in two parts must name the same
+    registry@digest. Nothing is written unless every part is good.
+
+    \b
+    Example (the build workflow's publish job):
+      build.py published merge parts/published-*/published.json -o published.json
+    """
+    merged = publish.merge_published_parts(list(parts))
+    publish.write_published(output_path, merged)
+    for tag in sorted(merged):
+        click.echo(f"{tag}: {merged[tag].ref}")
+    _say(f"{len(merged)} flavour(s) from {len(parts)} part(s) merged into {output_path}")
