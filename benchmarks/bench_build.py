@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xla_images import build, engine  # noqa: E402
+from xla_images import build, engine, names  # noqa: E402
 from xla_images.build import BuildOptions, Outcome  # noqa: E402
 from xla_images.plan import load_plan  # noqa: E402
 
@@ -69,7 +69,7 @@ def main() -> None:
     elif build.built_image_id(flavour) is None:
         print("build time:            n/a (--no-build; the image's inputs changed since it was built)")
 
-    ref = build.local_ref(flavour)
+    ref = names.local_ref(flavour.tag)
     image = engine.image_inspect(ref)
     if image is None:
         sys.exit(f"{ref} is not on the engine: build it first")
@@ -134,7 +134,7 @@ def _venv_bytes(ref: str) -> int:
 
 
 def _print_sharing(flavour, ref: str, base_ref: str, other: str | None) -> None:
-    partner = f"{build.LOCAL_REPOSITORY}:{other}" if other else _same_python_partner(flavour, ref, base_ref)
+    partner = f"{names.LOCAL_REPOSITORY}:{other}" if other else _same_python_partner(flavour, ref, base_ref)
     layers = engine.image_layers(ref)
     if partner is not None:
         common = _common_prefix(layers, engine.image_layers(partner))
@@ -153,9 +153,9 @@ def _same_python_partner(flavour, ref: str, base_ref: str) -> str | None:
         labels = item.get("Labels") or {}
         if item["Id"] == me or labels.get("org.opencontainers.image.base.name") != base_ref:
             continue
-        names = [name for name in item.get("RepoTags") or [] if name.startswith(f"{build.LOCAL_REPOSITORY}:")]
-        if names:
-            return names[0]
+        ours = [name for name in item.get("RepoTags") or [] if name.startswith(f"{names.LOCAL_REPOSITORY}:")]
+        if ours:
+            return ours[0]
     return None
 
 

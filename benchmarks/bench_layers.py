@@ -38,7 +38,7 @@ os.environ.setdefault("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images-bench-layers")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xla_images import build, cigen, engine, publish, render  # noqa: E402
+from xla_images import build, cigen, engine, names, publish  # noqa: E402
 from xla_images.plan import load_plan  # noqa: E402
 
 CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
@@ -119,7 +119,7 @@ def main() -> int:
     def prune_cache() -> None:
         if args.prune_cache:
             subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
-    local = {tag: build.local_ref(flavours[tag]) for tag in (CPU, TPU, CPU313)}
+    local = {tag: names.local_ref(flavours[tag].tag) for tag in (CPU, TPU, CPU313)}
     try:
         if "build" in steps:
             for tag in (CPU, TPU):
@@ -214,7 +214,7 @@ def main() -> int:
                 say(f"{layout} pull of {CPU}, cold: {time.monotonic() - started:.1f} s")
                 image_id = engine.image_inspect(ref)["Id"]
                 if layout == "layered":
-                    engine.tag_image(ref, build.LOCAL_REPOSITORY, CPU)
+                    engine.tag_image(ref, names.LOCAL_REPOSITORY, CPU)
                 engine.remove_tag(ref)
                 if layout != "layered":
                     engine.remove_image(image_id, force=True)
@@ -223,7 +223,7 @@ def main() -> int:
                 engine.pull_image(registry.ref(TPU), None)
                 say(f"layered pull of {TPU} after {CPU} (only what the tpu flavour adds is fetched): "
                     f"{time.monotonic() - started:.1f} s")
-                engine.tag_image(registry.ref(TPU), build.LOCAL_REPOSITORY, TPU)
+                engine.tag_image(registry.ref(TPU), names.LOCAL_REPOSITORY, TPU)
                 engine.remove_tag(registry.ref(TPU))
         if single_env is not None:
             stop_registry(single_env, work / "single-state")
@@ -265,7 +265,7 @@ def main() -> int:
                 flavour = flavours[tag]
                 attrs = engine.image_inspect(ref)
                 for name in flavour.tags:
-                    engine.remove_tag(build.local_ref(flavour, name))
+                    engine.remove_tag(names.local_ref(name))
                 if attrs is not None:
                     engine.remove_image(attrs["Id"], force=True)
             shutil.rmtree(work / "bake", ignore_errors=True)
@@ -273,9 +273,9 @@ def main() -> int:
 
 
 def remove_flavour_image(flavour) -> None:
-    attrs = engine.image_inspect(build.local_ref(flavour))
+    attrs = engine.image_inspect(names.local_ref(flavour.tag))
     for name in flavour.tags:
-        engine.remove_tag(build.local_ref(flavour, name))
+        engine.remove_tag(names.local_ref(name))
     if attrs is not None:
         engine.remove_image(attrs["Id"], force=True)
 
@@ -294,12 +294,12 @@ def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | Non
         merged[merged.index(copies[0])] = f"COPY --from=wheels {sources} /"
         (context / "Dockerfile").write_text("\n".join(merged) + "\n")
     args = {"BASE_IMAGE": build.choose_base(flavour.python, flavour.base_image), "FLAVOUR_ID": flavour.id,
-            "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
+            "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)}
     builder = engine.BuildKitBuild(context, args, secrets=build.context_secrets(context))
     with tempfile.TemporaryDirectory(prefix="bench-iid-") as scratch:
         iidfile = Path(scratch) / "iid"
         command = builder.command(iidfile)
-        command[-1:-1] = ["--no-cache-filter", cigen.RUNTIME_STAGE]
+        command[-1:-1] = ["--no-cache-filter", names.RUNTIME_STAGE]
         errors = engine.run_buildx(command, lambda line: log.handle.write(line + "\n"))
         if errors is not None:
             raise SystemExit(f"{ref}: {errors}")

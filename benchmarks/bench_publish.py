@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xla_images import build, engine, publish  # noqa: E402
+from xla_images import build, engine, names, publish  # noqa: E402
 from xla_images.plan import load_plan  # noqa: E402
 
 REPOSITORY = "xla-images-bench"
@@ -60,7 +60,7 @@ def main() -> int:
     (flavour,) = plan.select((args.tag,))
     image_id = build.built_image_id(flavour)
     if image_id is None:
-        print(f"{build.local_ref(flavour)} is not built from the current inputs: run ./build.py build {flavour.tag}")
+        print(f"{names.local_ref(flavour.tag)} is not built from the current inputs: run ./build.py build {flavour.tag}")
         return 2
     attrs = engine.image_inspect(image_id) or {}
     layers = len((attrs.get("RootFS") or {}).get("Layers") or [])
@@ -90,13 +90,13 @@ def main() -> int:
         push_warm = time.monotonic() - started
 
         for name in flavour.aliases:
-            engine.remove_tag(build.local_ref(flavour, name))
-        engine.remove_image(build.local_ref(flavour))
+            engine.remove_tag(names.local_ref(name))
+        engine.remove_image(names.local_ref(flavour.tag))
         started = time.monotonic()
         engine.pull_image(entry.ref, None)
         pull_cold = time.monotonic() - started
         for name in flavour.tags:
-            engine.tag_image(entry.ref, build.LOCAL_REPOSITORY, name)
+            engine.tag_image(entry.ref, names.LOCAL_REPOSITORY, name)
         engine.remove_tag(entry.ref)
         same = build.built_image_id(flavour) == image_id
     finally:

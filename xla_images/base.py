@@ -18,11 +18,11 @@ from typing import Callable, Iterator
 
 from . import engine
 from .errors import ConfigError, Failure
+from .names import LABEL_PREFIX
 
 BASE_REPOSITORY = "xla-images/base"
-PYTHON_LABEL = "io.xla-images.base.python"
-SUITE_LABEL = "io.xla-images.base.suite"
-
+PYTHON_LABEL = f"{LABEL_PREFIX}.base.python"
+SUITE_LABEL = f"{LABEL_PREFIX}.base.suite"
 
 
 @dataclass(frozen=True)

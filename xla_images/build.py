@@ -1,6 +1,6 @@
 """Build flavour images on the Docker engine: context, base, streaming build, tag, clean up.
 
-How a flavour is built (CONTRACTS "Build context"):
+How a flavour is built:
   1. skip it when `xla-images:<tag>` already carries the flavour's content-addressed id (unless forced);
   2. check its committed lock is fresh, pick its base image (site base if present or pullable, else the
      bootstrapped `xla-images/base:<python>`), write a context to a temp dir;
@@ -32,28 +32,19 @@ from pathlib import Path
 from typing import Protocol
 
 from . import base as bases
-from . import diskio, engine, layers, locks, render, wheels
+from . import diskio, engine, layers, locks, names, wheels
 from .errors import Failure
-from .flavour import LABEL_PREFIX, Flavour
+from .flavour import Flavour
+from .names import BASE_STAGE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, local_ref
 from .plan import Plan
 
-# Where `build` leaves images; a benchmark or a second checkout on a shared engine may set its own.
-LOCAL_REPOSITORY = os.environ.get("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images")
-FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
-REPORTS = "reports"
 BUILD_LOG = "build.log"
 KEEP_FILE = ".keep"
-BASE_STAGE = "base"  # the Dockerfile's first stage (CONTRACTS): identical for every flavour of a python
-
-
-def local_ref(flavour: Flavour, name: str | None = None) -> str:
-    """`xla-images:<tag>` (or one of its aliases): the image `build` leaves for a flavour."""
-    return f"{LOCAL_REPOSITORY}:{name or flavour.tag}"
 
 
 def built_image_id(flavour: Flavour) -> str | None:
     """The id of `xla-images:<tag>` if it was built from exactly this flavour's inputs, else None."""
-    attrs = engine.image_inspect(local_ref(flavour))
+    attrs = engine.image_inspect(local_ref(flavour.tag))
     if attrs is None:
         return None
     labels = (attrs.get("Config") or {}).get("Labels") or {}
@@ -165,8 +156,13 @@ def secrets_dir_for(context: Path) -> Path:
 
 
 def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Path | None = None) -> list[str]:
-    """Write the build context CONTRACTS describes into `directory`, and its secrets into
-    `secrets_dir_for(directory)`; return notes for the log."""
+    """Write a flavour's build context into `directory` and its secrets beside it; return notes for the log.
+
+    The context: `Dockerfile` (the rendered one), `requirements.lock`, `split_layers.py` (xla_images/layers.py),
+    `wheelhouse/` (the locked wheels found on the host, hard-linked; `.keep` when none) and `xla_smoke/`.
+    The secrets, in `secrets_dir_for(directory)` and never in the context: `pip.conf` (index URL, with any
+    credentials) and `ca.crt` (only when there is a CA bundle). BuildKit mounts them for the pip step only.
+    """
     inputs = wheels.context_inputs(plan, flavour, wheelhouse)
     notes = []
     dockerfile = plan.rendered[flavour.tag]["Dockerfile"]
@@ -174,15 +170,15 @@ def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Pat
     if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != dockerfile:
         notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
     (directory / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-    shutil.copyfile(plan.lock_path(flavour), directory / wheels.LOCK_NAME)
-    shutil.copyfile(layers.__file__, directory / render.SPLIT_SCRIPT)
+    shutil.copyfile(plan.lock_path(flavour), directory / names.LOCK_NAME)
+    shutil.copyfile(layers.__file__, directory / names.SPLIT_SCRIPT)
     secrets = secrets_dir_for(directory)
     secrets.mkdir(exist_ok=True)
-    (secrets / wheels.PIP_SECRET).write_text(inputs.pip_conf, encoding="utf-8")
+    (secrets / names.PIP_SECRET).write_text(inputs.pip_conf, encoding="utf-8")
     if inputs.ca_bundle is not None:
-        shutil.copyfile(inputs.ca_bundle, secrets / wheels.CA_SECRET)
+        shutil.copyfile(inputs.ca_bundle, secrets / names.CA_SECRET)
         notes.append(f"CA bundle: {inputs.ca_bundle} (a BuildKit secret of the pip step only)")
-    house = directory / wheels.CONTEXT_WHEELHOUSE
+    house = directory / names.CONTEXT_WHEELHOUSE
     house.mkdir()
     for wheel in inputs.wheels:
         _link_or_copy(wheel, house / wheel.name)
@@ -227,7 +223,7 @@ def prepare_classic_context(directory: Path) -> None:
     inside = directory / CLASSIC_SECRETS_DIR
     inside.mkdir(exist_ok=True)
     secrets = context_secrets(directory)
-    for name in (wheels.PIP_SECRET, wheels.CA_SECRET):
+    for name in (names.PIP_SECRET, names.CA_SECRET):
         if name in secrets:
             shutil.copyfile(secrets[name], inside / name)
         else:
@@ -315,7 +311,7 @@ class _Run:
         result = self.results[flavour.tag]
         result.outcome, result.image_id = Outcome.SKIPPED, image_id
         result.size_bytes = _image_size(image_id)
-        result.message = f"{local_ref(flavour)} already has flavour id {flavour.id[7:19]} (--force rebuilds)"
+        result.message = f"{local_ref(flavour.tag)} already has flavour id {flavour.id[7:19]} (--force rebuilds)"
         self.reporter.finished(result)
         return True
 
@@ -379,7 +375,7 @@ class _Run:
             for note in notes:
                 say(note)
             args = {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id,
-                    "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
+                    "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)}
             if self.buildkit:
                 say(f"builder: BuildKit (docker buildx {engine.buildx_info().version})")
                 build = engine.BuildKitBuild(context, args, secrets=context_secrets(context),
@@ -396,7 +392,7 @@ class _Run:
                 raise engine.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged
             _tag(flavour, image_id)
         say(f"image {image_id}")
-        say(f"tagged {', '.join(local_ref(flavour, name) for name in flavour.tags)} -> {image_id[7:19]}")
+        say(f"tagged {', '.join(local_ref(name) for name in flavour.tags)} -> {image_id[7:19]}")
         return image_id
 
     def _build_base_stage(self, flavour: Flavour, base: str, dockerfile: Path, say) -> None:
@@ -416,7 +412,7 @@ class _Run:
                 # The base stage copies nothing from the context: the Dockerfile alone is enough.
                 shutil.copyfile(dockerfile, Path(scratch) / "Dockerfile")
                 stage = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "SOURCE_DATE_EPOCH": str(
-                    render.SOURCE_DATE_EPOCH)}, target=BASE_STAGE, no_cache=self.options.no_cache)
+                    names.SOURCE_DATE_EPOCH)}, target=BASE_STAGE, no_cache=self.options.no_cache)
                 self._run(flavour, stage, say)
             self.base_stages_built.add(key)
 
@@ -471,7 +467,7 @@ def _tag(flavour: Flavour, image_id: str) -> None:
     (a rebuild must not pile up 8 GB orphans). One still used by a container stays."""
     replaced = set()
     for name in flavour.tags:
-        attrs = engine.image_inspect(local_ref(flavour, name))
+        attrs = engine.image_inspect(local_ref(name))
         if attrs is not None and attrs["Id"] != image_id:
             replaced.add(str(attrs["Id"]))
         engine.tag_image(image_id, LOCAL_REPOSITORY, name)
@@ -482,7 +478,7 @@ def _tag(flavour: Flavour, image_id: str) -> None:
 def _tag_aliases(flavour: Flavour, image_id: str) -> None:
     """An up-to-date image still gets aliases that moved to it (e.g. `latest` after a new release)."""
     for name in flavour.aliases:
-        attrs = engine.image_inspect(local_ref(flavour, name))
+        attrs = engine.image_inspect(local_ref(name))
         if attrs is None or attrs["Id"] != image_id:
             engine.tag_image(image_id, LOCAL_REPOSITORY, name)
 

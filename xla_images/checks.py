@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 
 from . import diskio
 from .flavour import Flavour
+from .names import VENV
 
 TEST_MODULE = Path(__file__).with_name("image_checks") / "test_image.py"
 CHECKS_XML = "checks.xml"
@@ -36,7 +37,7 @@ CREDENTIAL_FILE_NAMES = frozenset({".netrc", ".pypirc", ".git-credentials"})
 DOCKER_CONFIG_SUFFIX = ".docker/config.json"
 # Where a leaked login would sit: configuration, home and temp directories. Library sources are left out on
 # purpose: python's own docs are full of `http://user:password@host` examples.
-CONFIG_PREFIXES = ("etc/", "root/", "home/", "tmp/", "var/tmp/", "opt/venv/pip.conf", "opt/venv/pyvenv.cfg")
+CONFIG_PREFIXES = ("etc/", "root/", "home/", "tmp/", "var/tmp/", f"{VENV[1:]}/pip.conf", f"{VENV[1:]}/pyvenv.cfg")
 CONFIG_SCAN_LIMIT = 1 << 20
 URL_CREDENTIALS = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]+:[^/\s@'\"]+@")
 SECRET_WORDS = re.compile(r"(?i)\b(password|passwd|token|secret|api[_-]?key)\b")

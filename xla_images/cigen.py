@@ -21,12 +21,12 @@ from typing import Any, Callable
 
 import jinja2
 
-from . import render, resources
+from . import names, resources
 from .errors import ConfigError, Failure
 from .flavour import Flavour
+from .names import GENERATED_MARK, RUNTIME_STAGE
 from .plan import Plan
 from .site import load_site
-from .wheels import GENERATED_MARK
 
 GITHUB_DIR = Path("ci") / "github"
 BUILD_WORKFLOW = GITHUB_DIR / "xla-images-build.yml"
@@ -41,8 +41,6 @@ OVERRIDE_NAME = "docker-bake.override.json"
 TOOL_PYTHON = "3.11"
 # GitHub refuses a matrix of more than 256 jobs per workflow run.
 GITHUB_MATRIX_LIMIT = 256
-# The Dockerfile stage that is the image (CONTRACTS.md: base -> wheels -> runtime).
-RUNTIME_STAGE = "runtime"
 
 # Actions pinned to full commit SHAs: tags are mutable, a SHA is not. The comment names the release.
 ACTIONS = {
@@ -137,7 +135,7 @@ def bake_override(plan: Plan, flavours: list[Flavour], contexts: Path, base_imag
             bake_target_name(flavour): {
                 "args": {"BASE_IMAGE": _bake_literal(base_images[flavour.tag]),
                          "FLAVOUR_ID": _bake_literal(flavour.id),
-                         "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)},
+                         "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)},
                 "secret": [f"id={name},src={_bake_literal(path.as_posix())}"
                            for name, path in sorted(secrets.get(flavour.tag, {}).items())],
             }

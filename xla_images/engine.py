@@ -24,10 +24,11 @@ import requests
 import urllib3
 
 from .errors import Failure
+from .names import LABEL_PREFIX
 
 START_HINT = "start one with `ci/engine.sh start` (installs and runs dockerd), then check with `build.py doctor`"
 # Containers this toolkit creates carry this label, so a sweep can find exactly ours.
-CREATED_BY_LABEL = "io.xla-images.created-by"
+CREATED_BY_LABEL = f"{LABEL_PREFIX}.created-by"
 LineSink = Callable[[str], None]
 
 

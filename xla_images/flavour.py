@@ -10,12 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-LABEL_PREFIX = "io.xla-images"
-ENV_PREFIX = "XLA_IMAGES"
-PROJECT_URL = "https://github.com/xla-images/xla-images"
-# The one wheel-build script (static, committed once) and the folder of its rendered parameter files.
-WHEEL_BUILDS_DIR = "wheel-builds"
-WHEEL_BUILD_SCRIPT = f"{WHEEL_BUILDS_DIR}/build-wheels.sh"
+from .names import ENV_PREFIX, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
+
 
 
 class Abi(str, enum.Enum):
@@ -334,7 +330,7 @@ class Flavour:
             "org.opencontainers.image.version": self.tag,
             "org.opencontainers.image.source": PROJECT_URL,
             "org.opencontainers.image.licenses": "BSD-3-Clause",
-            f"{LABEL_PREFIX}.tag": self.tag,
+            TAG_LABEL: self.tag,
             f"{LABEL_PREFIX}.torch": self.torch,
             f"{LABEL_PREFIX}.torch-xla": self.torch_xla,
             f"{LABEL_PREFIX}.python": self.python,

@@ -19,10 +19,10 @@ from typing import Iterable
 from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError, Failure, Location
-from .flavour import LABEL_PREFIX, Flavour, dev_base, dev_date
-from .wheels import LOCK_NAME, parse_lock
+from .flavour import Flavour, dev_base, dev_date
+from .names import DOCKERFILES, LABEL_PREFIX, LOCK_NAME
+from .wheels import parse_lock
 
-DOCKERFILES = "Dockerfiles"  # plan.DOCKERFILES; plan imports this module
 PACKAGES = {"torch": "torch", "torch_xla": "torch-xla"}  # module -> canonical name in a lock
 # Run inside the image: what is really there, imported, not only what pip's metadata says.
 PROBE = (

@@ -14,11 +14,9 @@ from pathlib import Path
 
 from . import layers, matrix, nightly, render, resources
 from .flavour import Flavour
+from .names import DOCKERFILES, LOCK_NAME
 from .site import Site, load_site
 from .userfiles import resolve_path
-
-DOCKERFILES = "Dockerfiles"
-LOCK_NAME = "requirements.lock"
 
 
 @dataclass(frozen=True)

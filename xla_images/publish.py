@@ -27,15 +27,13 @@ from typing import Any, Callable, Iterator, Mapping
 import requests
 import tenacity
 
-from . import diskio, engine, nightly
-from .build import FLAVOUR_ID_LABEL, local_ref
-from . import userfiles
+from . import diskio, engine, nightly, userfiles
 from .errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
 from .flavour import Flavour
+from .names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
 
 USER_ENV = "XLA_IMAGES_REGISTRY_USER"
 PASSWORD_ENV = "XLA_IMAGES_REGISTRY_PASSWORD"
-PUBLISHED_SCHEMA = 1
 REGISTRY_START_HINT = (
     "start the suite registry with `ci/registry.sh start`, or pass the right --registry HOST[:PORT]/REPO")
 # Everything a registry may answer for a tag: single-platform manifests and indexes, Docker and OCI.
@@ -470,7 +468,7 @@ def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
 
     Reports the bytes uploaded vs already present (and records them in `transfers`, when given, by tag).
     """
-    image = local_ref(flavour)
+    image = local_ref(flavour.tag)
     with redacting(credentials):
         labels = _built_labels(flavour, image)
         client.check_reachable()
@@ -683,8 +681,8 @@ def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, 
     missing or stale image fails the run up front instead of half-way.
     """
     for flavour in flavours:
-        _built_labels(flavour, local_ref(flavour))
-        nightly.verify_image(flavour, local_ref(flavour))  # a stale nightly is refused before any push
+        _built_labels(flavour, local_ref(flavour.tag))
+        nightly.verify_image(flavour, local_ref(flavour.tag))  # a stale nightly is refused before any push
     client = RegistryClient(registry, credentials, retry=retry)
     done = []
     for flavour in flavours:

@@ -6,7 +6,7 @@ matrix therefore renders the same bytes on every machine, which is what lets the
 checked (`render --check`), the way docker-library keeps its generated Dockerfiles.
 
 Site-specific facts (base image, wheel source, CA bundle, registry) reach a build through build args and the
-build context (CONTRACTS.md "Build context"), never through these files.
+build context (see build.write_context), never through these files.
 """
 from __future__ import annotations
 
@@ -21,12 +21,14 @@ import jinja2
 
 from . import layers, resources, wheels
 from .errors import ConfigError
-from .flavour import LABEL_PREFIX, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR, Flavour, WheelBuild, default_base_image
+from .flavour import Flavour, WheelBuild, default_base_image
+from .names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, DOCKERFILES, FLAVOUR_ID_LABEL,
+                    GENERATED_MARK, IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH,
+                    SPLIT_SCRIPT, VENV, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR)
 
 if TYPE_CHECKING:  # plan.py imports this module; a runtime import would be circular
     from .plan import Plan
 
-DOCKERFILE = "Dockerfile"
 # Rendered file of a flavour -> its template, in the order they are written.
 TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
 # The parameters of one wheel build (wheel-builds/<build>.env), read by the static wheel-builds/build-wheels.sh.
@@ -34,20 +36,9 @@ WHEEL_BUILD_TEMPLATE = "wheel-build.env.j2"
 # Committed once, not rendered: the wheel-build script and its builder image. `lint` checks them too.
 WHEEL_BUILD_STATIC = (WHEEL_BUILD_SCRIPT, f"{WHEEL_BUILDS_DIR}/Dockerfile")
 RENDER_COMMAND = "./build.py render"
-# Every generated file carries this phrase near its top; `render` only deletes files that do.
-GENERATED_MARK = wheels.GENERATED_MARK
-
-# Where the image keeps its python environment; the smoke suite is copied into its site-packages.
-VENV = "/opt/venv"
-# The build sets it from the FLAVOUR_ID build arg: the id hashes the rendered files, so they cannot contain it.
-FLAVOUR_ID_LABEL = f"{LABEL_PREFIX}.flavour-id"
 # build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins);
 # its parameter files name it.
 PYELFTOOLS_PIN = "pyelftools==0.33"
-# The wheels stage runs xla_images/layers.py under this name (build.write_context copies it into the context).
-SPLIT_SCRIPT = "split_layers.py"
-# Every file of every layer gets this mtime (and pip hash-based .pyc): 1980-01-01, the oldest a zip can hold.
-SOURCE_DATE_EPOCH = 315532800
 
 
 @dataclass(frozen=True)
@@ -127,14 +118,14 @@ def template_context(flavour: Flavour) -> dict[str, Any]:
         "env": flavour.env,
         "labels": flavour.labels,
         "flavour_id_label": FLAVOUR_ID_LABEL,
-        "lock_name": wheels.LOCK_NAME,
-        "context_pip": wheels.CONTEXT_PIP_DIR,
-        "context_wheelhouse": wheels.CONTEXT_WHEELHOUSE,
-        "image_pip": wheels.IMAGE_PIP_DIR,
-        "image_wheelhouse": wheels.IMAGE_WHEELHOUSE,
+        "lock_name": LOCK_NAME,
+        "context_pip": CONTEXT_PIP_DIR,
+        "context_wheelhouse": CONTEXT_WHEELHOUSE,
+        "image_pip": IMAGE_PIP_DIR,
+        "image_wheelhouse": IMAGE_WHEELHOUSE,
         "split_script": SPLIT_SCRIPT,
-        "pip_secret": wheels.PIP_SECRET,
-        "ca_secret": wheels.CA_SECRET,
+        "pip_secret": PIP_SECRET,
+        "ca_secret": CA_SECRET,
         "layers_dir": layers.LAYERS_DIR,
         "venv_parent": str(Path(VENV).parent),
         "source_date_epoch": SOURCE_DATE_EPOCH,
@@ -315,7 +306,7 @@ def _orphans(plan: Plan) -> list[Finding]:
     findings = [Finding("orphan", str(directory.relative_to(plan.root)),
                         f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it")
                 for directory in _orphan_dirs(plan)]
-    owned = set(TEMPLATES) | {wheels.LOCK_NAME}
+    owned = set(TEMPLATES) | {LOCK_NAME}
     for flavour in plan.flavours:
         directory = plan.flavour_dir(flavour)
         if directory.is_dir():
@@ -341,8 +332,6 @@ def _orphan_wheel_builds(plan: Plan) -> list[Path]:
 
 
 def _orphan_dirs(plan: Plan) -> list[Path]:
-    from .plan import DOCKERFILES  # a top-level import would be circular
-
     parent = plan.root / DOCKERFILES
     if not parent.is_dir():
         return []

@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 
 from . import engine
 from .errors import Failure
-from .render import VENV
+from .names import VENV
 from .wheels import Lock
 
 SBOM_NAME = "sbom.cdx.json"

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import engine
-from .build import LOCAL_REPOSITORY
 from .errors import ConfigError, Failure, Location
+from .names import local_ref
 from .publish import Credentials, Published, Registry, RegistryClient, load_credentials, redact, redacting
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
@@ -300,7 +300,7 @@ def pushed_image(entry: Published) -> str:
     with redacting(credentials):
         manifest = RegistryClient(registry, credentials).manifest(digest)
     wanted = {digest, str((manifest.get("config") or {}).get("digest"))}
-    for candidate in (entry.ref, f"{LOCAL_REPOSITORY}:{entry.tag}"):
+    for candidate in (entry.ref, local_ref(entry.tag)):
         attrs = engine.image_inspect(candidate)
         if attrs is not None and attrs.get("Id") in wanted:
             return candidate

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import plain_install as plain_install_module
 import pytest
 
-from xla_images import base, build, engine, wheels
+from xla_images import base, build, engine, names, wheels
 from xla_images.errors import Failure
 from xla_images.flavour import Flavour
 from xla_images.plan import Plan, load_plan
@@ -233,7 +233,7 @@ class Project:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def image_id(self, version: str) -> str | None:
-        attrs = engine.image_inspect(build.local_ref(self.flavour(version)))
+        attrs = engine.image_inspect(names.local_ref(self.flavour(version).tag))
         return None if attrs is None else str(attrs["Id"])
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:

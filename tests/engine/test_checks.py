@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from xla_images import build, checks, engine, smoke_runner
+from xla_images import checks, engine, names, smoke_runner
 from xla_images.flavour import Flavour
 from xla_images.plan import load_plan
 
@@ -59,7 +59,7 @@ def stand_in_packages(context: Path, flavour: Flavour) -> None:
 
 def dockerfile(flavour: Flavour, test_base: str, extra: list[str]) -> str:
     env = " ".join(f"{key}={json.dumps(value)}" for key, value in flavour.env.items())
-    labels = {**flavour.labels, build.FLAVOUR_ID_LABEL: flavour.id}
+    labels = {**flavour.labels, names.FLAVOUR_ID_LABEL: flavour.id}
     label_text = " ".join(f"{json.dumps(key)}={json.dumps(value)}" for key, value in labels.items())
     return "\n".join([
         f"FROM {test_base}",

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from xla_images import build, cigen, engine, publish
+from xla_images import build, cigen, engine, names, publish
 from xla_images.flavour import Flavour
 from xla_images.plan import load_plan
 
@@ -97,7 +97,7 @@ def real_flavour_names() -> Iterator[None]:
     if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
         (flavour,) = load_plan(REPO / "matrix.yaml").select((TAG,))
         for name in flavour.tags:
-            engine.remove_tag(build.local_ref(flavour, name))
+            engine.remove_tag(names.local_ref(name))
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
     started = time.monotonic()
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))
-    image = build.local_ref(flavour)
+    image = names.local_ref(flavour.tag)
     client = publish.RegistryClient(registry)
     digest = None
     pulled_ref = None
@@ -155,7 +155,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
 
         # Drop every local name and the image with its untagged build parents: the pull must move the layers.
         for name in flavour.aliases:
-            engine.remove_tag(build.local_ref(flavour, name))
+            engine.remove_tag(names.local_ref(name))
         engine.remove_image(image)
         assert engine.image_inspect(image_id) is None
         with phases("pull"):
@@ -165,7 +165,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
         pulled_attrs = engine.image_inspect(pulled_ref)
         assert pulled_attrs is not None and pulled_attrs["Id"] == image_id  # bit for bit the image we tested
         for name in flavour.tags:
-            engine.tag_image(pulled_ref, build.LOCAL_REPOSITORY, name)
+            engine.tag_image(pulled_ref, names.LOCAL_REPOSITORY, name)
         assert build.built_image_id(flavour) == image_id
 
         with phases("run"):
@@ -196,11 +196,11 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
 
 def _restore_names(flavour: Flavour, pulled_ref: str | None) -> None:
     """Whatever failed after the local names were dropped, give them back if the pulled image is here."""
-    if pulled_ref is None or engine.image_inspect(build.local_ref(flavour)) is not None:
+    if pulled_ref is None or engine.image_inspect(names.local_ref(flavour.tag)) is not None:
         return
     if engine.image_inspect(pulled_ref) is not None:
         for name in flavour.tags:
-            engine.tag_image(pulled_ref, build.LOCAL_REPOSITORY, name)
+            engine.tag_image(pulled_ref, names.LOCAL_REPOSITORY, name)
 
 
 BAKE_REPOSITORY = "xla-images-e2e-bake"
@@ -227,11 +227,11 @@ def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_a
                         overrides=[f"{target}.tags={bake_ref}"])
         cached = [line for line in lines if line.endswith(" CACHED")]
         assert len(cached) <= 2, f"--no-cache took steps from the cache: {cached}"  # FROM metadata only
-        built, baked = engine.image_layers(build.local_ref(flavour)), engine.image_layers(bake_ref)
+        built, baked = engine.image_layers(names.local_ref(flavour.tag)), engine.image_layers(bake_ref)
         assert len(baked) == len(built)
         differing = [index for index, (old, new) in enumerate(zip(built, baked)) if old != new]
         assert not differing, f"layers {differing} of {len(built)} differ between build.py and bake --no-cache"
-        assert engine.image_labels(bake_ref)[build.FLAVOUR_ID_LABEL] == flavour.id
+        assert engine.image_labels(bake_ref)[names.FLAVOUR_ID_LABEL] == flavour.id
 
         reports = tmp_path / "reports"
         with phases("bake_test"):

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from xla_images import build, engine, locks, publish
+from xla_images import build, engine, locks, names, publish
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"  # conftest.py's: every container of a test image carries it
@@ -81,7 +81,7 @@ def _untag(project) -> None:
     """Drop the flavour's names (the image goes, its cached steps stay): the next build is a cached one."""
     flavour = project.flavour(VERSION)
     for name in flavour.tags:
-        engine.remove_tag(build.local_ref(flavour, name))
+        engine.remove_tag(names.local_ref(name))
     assert project.image_id(VERSION) is None
 
 
@@ -119,8 +119,8 @@ def test_a_build_waits_while_another_run_holds_its_flavour(project, session_id, 
     _, err = _finish(waiting)
     assert waiting.returncode == 0, err
     assert f"{flavour.tag}: another build of it is running (pid {holder.pid}); waiting" in err, err
-    labels = engine.image_labels(build.local_ref(flavour))
-    assert labels is not None and labels[build.FLAVOUR_ID_LABEL] == flavour.id
+    labels = engine.image_labels(names.local_ref(flavour.tag))
+    assert labels is not None and labels[names.FLAVOUR_ID_LABEL] == flavour.id
 
 
 def test_two_builds_of_one_flavour_at_once_end_with_one_build_and_the_right_image(
@@ -140,10 +140,10 @@ def test_two_builds_of_one_flavour_at_once_end_with_one_build_and_the_right_imag
     for run, (_, err) in zip(runs, results):
         assert run.returncode == 0, err
     assert sum("up to date" in err for _, err in results) >= 1  # the later one did not build it again
-    labels = engine.image_labels(build.local_ref(flavour))
-    assert labels is not None and labels[build.FLAVOUR_ID_LABEL] == flavour.id
+    labels = engine.image_labels(names.local_ref(flavour.tag))
+    assert labels is not None and labels[names.FLAVOUR_ID_LABEL] == flavour.id
     for alias in flavour.aliases:
-        assert engine.image_inspect(build.local_ref(flavour, alias))["Id"] == project.image_id(VERSION)
+        assert engine.image_inspect(names.local_ref(alias))["Id"] == project.image_id(VERSION)
     assert log.read_text(encoding="utf-8").count(f"flavour {flavour.tag} id") == 1  # one writer only
     assert not dangling_images()
 
@@ -200,7 +200,7 @@ def test_full_tmpdir_while_writing_the_build_context(project, session_id, full_d
 
     retry = _run(project, "build", flavour.tag)  # the same build with room to write: it completes
     assert retry.returncode == 0, retry.stderr
-    assert engine.image_labels(build.local_ref(flavour))[build.FLAVOUR_ID_LABEL] == flavour.id
+    assert engine.image_labels(names.local_ref(flavour.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
 
 
 def test_full_reports_disk_stops_the_build_naming_the_log(project, session_id, full_disk: Path,

@@ -23,7 +23,7 @@ import requests
 from faultproxy import Fault, FaultProxy
 from registry_process import ACCEPT, REPO, RegistryProcess, free_port, running
 from test_publish_registry import PASSWORD, Project, build_image, make_project, registry_named_images
-from xla_images import build, engine
+from xla_images import build, engine, names
 
 REPOSITORY = "xla-images"
 PORTS = range(5060, 5070)  # this suite's share of loopback ports; anything free if they are taken
@@ -47,7 +47,7 @@ def project(tmp_path: Path) -> Iterator[Project]:
     created = make_project(tmp_path / "project")
     build_image(tmp_path / "ctx", created.flavour, (6, 6))
     yield created
-    engine.remove_image(build.local_ref(created.flavour), force=True)
+    engine.remove_image(names.local_ref(created.flavour.tag), force=True)
 
 
 def push(project: Project, proxy: FaultProxy, timeout: float = 150) -> subprocess.CompletedProcess[str]:
@@ -198,7 +198,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
     assert push(project, proxy).returncode == 0
     digest = published_flavours(project, registry)[project.flavour.tag]["digest"]
     ref = f"{proxy.address}/{REPOSITORY}@{digest}"
-    image_id = engine.image_inspect(build.local_ref(project.flavour))["Id"]
+    image_id = engine.image_inspect(names.local_ref(project.flavour.tag))["Id"]
 
     # Re-verifying the published digest meets a 503 and a 500: retried, then answered.
     proxy.add(Fault("status", method="HEAD", path="/manifests/", status=503),
@@ -211,7 +211,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
         # A layer download cut half-way: dockerd fetches it again; the very image that was built arrives.
         # Opt-in: in two full CI runs dockerd 26 never retried such a download (no log line for 5 minutes,
         # then "context canceled"); run alone, or with this module, it recovers in seconds every time.
-        engine.remove_image(build.local_ref(project.flavour), force=True)
+        engine.remove_image(names.local_ref(project.flavour.tag), force=True)
         proxy.add(Fault("reset", method="GET", path="/blobs/sha256:", direction="response", after_bytes=1 << 20))
         try:
             pulled = project.cli("pull", "--python", "3.11", timeout=300)
@@ -222,7 +222,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
         finally:
             engine.remove_image(ref, force=True)
     else:
-        engine.remove_image(build.local_ref(project.flavour), force=True)
+        engine.remove_image(names.local_ref(project.flavour.tag), force=True)
 
     # A registry that answers nothing but 503: resolve warns and still gives the recorded (immutable)
     # digest; pull fails clearly. (resolve --registry then fails naming the attempts: a unit test.)

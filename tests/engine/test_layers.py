@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import build, engine, publish
+from xla_images import build, engine, names, publish
 from xla_images.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
@@ -48,7 +48,7 @@ def pair(make_project):
 
 
 def _layers(project, accelerator: str) -> list[str]:
-    return engine.image_layers(build.local_ref(project.flavour(RELEASE, accelerator)))
+    return engine.image_layers(names.local_ref(project.flavour(RELEASE, accelerator).tag))
 
 
 def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None:
@@ -66,7 +66,7 @@ def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None
     assert "layer torch-any: " in log and "wheel(s): torch\n" in log.replace("\r", "")
     # torch (python-independent here) lives under /opt/xla-images/any; site-packages links to it, and the
     # top-level modules of both groups import, their .pyc files in the one site-packages/__pycache__.
-    run = engine.run_container(build.local_ref(pair.flavour(RELEASE, "tpu")), ["python", "-c", (
+    run = engine.run_container(names.local_ref(pair.flavour(RELEASE, "tpu").tag), ["python", "-c", (
         "import torch, torch_top, torch_xla_top, libtpu, os, importlib.metadata as m;"
         "print(os.path.realpath(torch.__file__), m.version('torch'), torch_top.NAME, torch_xla_top.NAME)")],
         role="test")
@@ -89,12 +89,12 @@ def test_rebuild_from_no_cache_gives_the_same_layer_digests(pair) -> None:
 
 def test_no_layer_holds_the_ca_or_the_pip_settings(pair) -> None:
     flavour = pair.flavour(RELEASE, "tpu")
-    found = _scan(engine.save_image_stream(build.local_ref(flavour)),
+    found = _scan(engine.save_image_stream(names.local_ref(flavour.tag)),
                   [pair.ca_marker.encode(), b"no-index = true", pair.wheel_marker.encode()])
     assert found[pair.wheel_marker.encode()], "control: the scan must see the wheels' bytes"
     assert not found[pair.ca_marker.encode()], "the CA bundle (a BuildKit secret) reached a layer"
     assert not found[b"no-index = true"], "pip.conf (a BuildKit secret) reached a layer"
-    history = json.dumps(engine.image_history(build.local_ref(flavour)))
+    history = json.dumps(engine.image_history(names.local_ref(flavour.tag)))
     assert pair.ca_marker not in history and "pip.conf" not in history.replace("id=pip.conf", "")
 
 
@@ -107,9 +107,9 @@ def test_classic_builder_still_builds_a_flavour(make_project, monkeypatch, dangl
     assert results[0].outcome is Outcome.BUILT, results[0].message
     log = results[0].log.read_text()
     assert "builder: classic" in log and "Successfully built" in log
-    found = _scan(engine.save_image_stream(build.local_ref(flavour)), [project.ca_marker.encode()])
+    found = _scan(engine.save_image_stream(names.local_ref(flavour.tag)), [project.ca_marker.encode()])
     assert not found[project.ca_marker.encode()]
-    run = engine.run_container(build.local_ref(flavour), ["python", "-c", "import torch_xla, xla_smoke"],
+    run = engine.run_container(names.local_ref(flavour.tag), ["python", "-c", "import torch_xla, xla_smoke"],
                                role="test")
     assert run.exit_code == 0, run.output
     assert not dangling_images()

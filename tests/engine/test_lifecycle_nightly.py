@@ -16,7 +16,7 @@ import pytest
 
 import lifecycle_support as support
 from registry_process import RegistryProcess, running
-from xla_images import build, checks, wheels
+from xla_images import build, checks, names, wheels
 from xla_images.flavour import Flavour
 
 BASE = "8.90.0"
@@ -70,7 +70,7 @@ def nightly_project(make_project: Callable, wheel_maker: Callable, registry_host
 
 
 def run_checks(flavour: Flavour, tmp_path: Path) -> checks.ChecksResult:
-    return checks.run(checks.CheckTarget(flavour, build.local_ref(flavour), None), tmp_path / "reports",
+    return checks.run(checks.CheckTarget(flavour, names.local_ref(flavour.tag), None), tmp_path / "reports",
                       keyword=CHECKS)
 
 

@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from registry_process import REPO, RegistryProcess, free_port, running
-from xla_images import build, engine, publish
+from xla_images import build, engine, names, publish
 from xla_images.flavour import Flavour
 from xla_images.plan import load_plan
 
@@ -77,16 +77,16 @@ def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...]) -> 
     for index, size in enumerate(megabytes):
         (context / f"blob{index}").write_bytes(os.urandom(size << 20))
         lines.append(f"COPY blob{index} /blob{index}")
-    lines.append(f"LABEL {build.FLAVOUR_ID_LABEL}={flavour.id} io.xla-images.tag={flavour.tag}")
+    lines.append(f"LABEL {names.FLAVOUR_ID_LABEL}={flavour.id} io.xla-images.tag={flavour.tag}")
     (context / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return engine.build_directory(context, build.local_ref(flavour))
+    return engine.build_directory(context, names.local_ref(flavour.tag))
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
     created = make_project(tmp_path / "project")
     yield created
-    engine.remove_image(build.local_ref(created.flavour), force=True)
+    engine.remove_image(names.local_ref(created.flavour.tag), force=True)
 
 
 def registry_named_images(host: str) -> list[str]:
@@ -129,7 +129,7 @@ def test_push_verifies_every_tag_then_resolve_and_pull_by_digest(project: Projec
     digest = entry["digest"]
     assert entry["ref"] == f"{target}@{digest}" and entry["tags"] == list(project.flavour.tags)
     assert entry["flavour"]["id"] == project.flavour.id
-    assert entry["labels"][build.FLAVOUR_ID_LABEL] == project.flavour.id
+    assert entry["labels"][names.FLAVOUR_ID_LABEL] == project.flavour.id
     for tag in project.flavour.tags:  # the tag and both aliases, as the registry itself answers
         assert registry.digest("xla-images", tag) == digest
     assert registry_named_images(registry.host) == []  # the push's temporary local names are gone
@@ -139,7 +139,7 @@ def test_push_verifies_every_tag_then_resolve_and_pull_by_digest(project: Projec
     assert resolved.returncode == 0, resolved.stderr
     assert resolved.stdout.strip() == f"{target}@{digest}"
 
-    engine.remove_image(build.local_ref(project.flavour), force=True)
+    engine.remove_image(names.local_ref(project.flavour.tag), force=True)
     assert engine.image_inspect(image_id) is None
     pulled = project.cli("pull", "--python", "3.11")
     try:
@@ -201,8 +201,8 @@ def test_wrong_image_is_refused_before_anything_is_pushed(project: Project, regi
     context = tmp_path / "ctx"
     context.mkdir()
     (context / "x").write_text("x")
-    (context / "Dockerfile").write_text(f"FROM scratch\nCOPY x /x\nLABEL {build.FLAVOUR_ID_LABEL}=sha256:{'0' * 64}\n")
-    engine.build_directory(context, build.local_ref(project.flavour))
+    (context / "Dockerfile").write_text(f"FROM scratch\nCOPY x /x\nLABEL {names.FLAVOUR_ID_LABEL}=sha256:{'0' * 64}\n")
+    engine.build_directory(context, names.local_ref(project.flavour.tag))
 
     result = project.cli("push", project.flavour.tag, "--registry", f"{registry.host}/xla-images")
 

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from registry_process import REPO, RegistryProcess, running
-from xla_images import build, engine, sbom, wheels
+from xla_images import build, engine, names, sbom, wheels
 from xla_images.build import BuildOptions, Outcome
 
 PORTS = range(5080, 5090)  # this suite's share of 127.0.0.1
@@ -68,7 +68,7 @@ def project(make_project, registry: RegistryProcess):
     yield created
     for flavour in plan.flavours:
         for tag in flavour.tags:
-            engine.remove_tag(build.local_ref(flavour, tag))
+            engine.remove_tag(names.local_ref(tag))
     for entry in json.loads((created.root / "published.json").read_text())["flavours"].values():
         engine.remove_image(entry["ref"], force=True)
 
@@ -113,7 +113,7 @@ def test_sbom_of_a_real_image_lists_its_dpkg_packages_venv_and_locked_hashes(pro
     sbom.validate(text)
     document = json.loads(text)
     components = document["components"]
-    image = build.local_ref(flavour)
+    image = names.local_ref(flavour.tag)
     # Independently of the SBOM's own reading: what dpkg and pip inside the image say.
     debs = set(in_container(image, "dpkg-query", "-W", "-f=${Package}\\n").split())
     dists = {item["name"].lower().replace("_", "-") for item in
@@ -175,7 +175,7 @@ def test_sign_then_resolve_and_pull_verify_and_the_sbom_attestation_verifies(pro
     assert raw.returncode == 0, raw.stderr
 
     engine.remove_image(entry["ref"], force=True)  # so the pull has to fetch it
-    engine.remove_tag(build.local_ref(flavour))
+    engine.remove_tag(names.local_ref(flavour.tag))
     pulled = cli(project, "pull", "--torch-xla", SIGNED, "--verify", "--key", str(keys["ours.pub"]))
     assert pulled.returncode == 0, pulled.stderr
     assert engine.image_inspect(entry["ref"]) is not None
@@ -196,7 +196,7 @@ def test_unsigned_image_is_refused_and_never_pulled(project, keys) -> None:
     ref = published(project)[flavour.tag]["ref"]
     engine.remove_image(ref, force=True)
     for tag in flavour.tags:
-        engine.remove_tag(build.local_ref(flavour, tag))
+        engine.remove_tag(names.local_ref(tag))
     assert engine.image_inspect(ref) is None
 
     for command in ("resolve", "pull"):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import abi, render
+from xla_images import abi, names, render
 from xla_images.flavour import Abi
 
 from test_render import GOLDEN, fixed_flavours, update_golden
@@ -432,4 +432,4 @@ def test_wrong_python_is_refused(tmp_path: Path) -> None:
 def test_the_committed_script_is_executable_and_not_generated() -> None:
     script = REPO / "wheel-builds" / "build-wheels.sh"
     assert os.access(script, os.X_OK)
-    assert render.GENERATED_MARK not in script.read_text()  # render must never treat it as its own
+    assert names.GENERATED_MARK not in script.read_text()  # render must never treat it as its own

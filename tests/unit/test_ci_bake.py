@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from xla_images import build, cigen, render
+from xla_images import build, cigen, names, render
 from xla_images.errors import ConfigError
 from xla_images.flavour import Flavour
 from xla_images.plan import Plan, load_plan
@@ -75,7 +75,7 @@ def test_every_flavour_is_a_target_and_nothing_else(plan: Plan, bake: dict[str, 
         assert resolved["labels"] == flavour.labels
         assert resolved["context"] == f"ctx/{flavour.tag}"
         assert resolved["dockerfile"] == "Dockerfile"
-        assert resolved["target"] == cigen.RUNTIME_STAGE
+        assert resolved["target"] == names.RUNTIME_STAGE
 
 
 def test_target_and_group_names_are_valid_and_distinct(bake: dict[str, Any]) -> None:
@@ -198,7 +198,7 @@ def test_golden_bake_for_a_small_matrix(tmp_path: Path) -> None:
 
 def test_runtime_stage_exists_in_every_rendered_dockerfile(plan: Plan) -> None:
     """The bake target builds stage `runtime`; the rendered Dockerfiles must have it."""
-    stage = re.compile(rf"^FROM\s+\S+\s+AS\s+{cigen.RUNTIME_STAGE}\s*$", re.MULTILINE | re.IGNORECASE)
+    stage = re.compile(rf"^FROM\s+\S+\s+AS\s+{names.RUNTIME_STAGE}\s*$", re.MULTILINE | re.IGNORECASE)
     for flavour in plan.flavours:
         dockerfile = plan.rendered[flavour.tag].get("Dockerfile")
         if dockerfile is None:
@@ -277,7 +277,7 @@ def test_contexts_are_what_build_gives_the_engine(plan: Plan, tmp_path: Path) ->
     target = merged_target(committed, override, cigen.bake_target_name(flavour))
     assert Path(target["context"]) == context.resolve()
     assert target["args"] == {"BASE_IMAGE": "base.example/py", "FLAVOUR_ID": flavour.id,
-                              "SOURCE_DATE_EPOCH": str(render.SOURCE_DATE_EPOCH)}
+                              "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)}
     assert f"id=pip.conf,src={(secrets / 'pip.conf').resolve().as_posix()}" in override["target"][
         cigen.bake_target_name(flavour)]["secret"]
     assert target["tags"][0] == f"{plan.site.registry}:{flavour.tag}"

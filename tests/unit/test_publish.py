@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-from xla_images import build, engine, publish
+from xla_images import build, engine, names, publish
 from xla_images.errors import ConfigError, Failure
 from xla_images.flavour import Abi, Accelerator, Flavour, WheelSource
 from xla_images.publish import Credentials, Registry, RegistryClient, RetryPolicy
@@ -253,7 +253,7 @@ def patch_engine(monkeypatch: pytest.MonkeyPatch, fake: FakeEngine) -> None:
 
 
 def good_labels(flavour: Flavour) -> dict[str, str]:
-    return {build.FLAVOUR_ID_LABEL: flavour.id, **flavour.labels}
+    return {names.FLAVOUR_ID_LABEL: flavour.id, **flavour.labels}
 
 
 def test_push_pushes_and_verifies_tag_then_aliases(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
@@ -305,7 +305,7 @@ def test_registry_down_tags_nothing(monkeypatch: pytest.MonkeyPatch, flavour: Fl
 
 
 def test_image_of_other_inputs_is_refused(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
-    patch_engine(monkeypatch, FakeEngine({}, {build.FLAVOUR_ID_LABEL: "sha256:" + "9" * 64}))
+    patch_engine(monkeypatch, FakeEngine({}, {names.FLAVOUR_ID_LABEL: "sha256:" + "9" * 64}))
     registry, _ = client([])
     with pytest.raises(Failure) as caught:
         publish.push_flavour(flavour, registry.registry, registry, None)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import render, wheels
+from xla_images import names, render, wheels
 from xla_images.plan import Plan, load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,16 +240,16 @@ def test_committed_repository_renders_are_current() -> None:
     """The renders in this repository match the templates and matrix.yaml (what CI runs as render --check)."""
     plan = load_plan(ROOT / "matrix.yaml")
     drift = [str(finding) for finding in render.check(plan)
-             if not finding.warning and not finding.path.endswith(wheels.LOCK_NAME)
+             if not finding.warning and not finding.path.endswith(names.LOCK_NAME)
              and finding.path.startswith(("Dockerfiles/", "wheel-builds/"))]
     assert drift == []
 
 
-@pytest.mark.parametrize("name", ["Dockerfile", "wheel-build", wheels.LOCK_NAME])
+@pytest.mark.parametrize("name", ["Dockerfile", "wheel-build", names.LOCK_NAME])
 def test_generated_files_carry_the_mark(tmp_path: Path, name: str) -> None:
     plan = project(tmp_path)
     render.write(plan)
-    if name == wheels.LOCK_NAME:
+    if name == names.LOCK_NAME:
         path = fake_lock(plan, "r2.9.0_3.11_cpu")
     elif name == "wheel-build":
         path = tmp_path / "wheel-builds" / "r2.9.0_3.11_cxx11.env"

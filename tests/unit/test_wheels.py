@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import render, wheels
+from xla_images import names, render, wheels
 from xla_images.errors import ConfigError, Failure
 from xla_images.flavour import WheelSource
 from xla_images.plan import Plan, load_plan
@@ -109,7 +109,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def lock_names(plan: Plan, tag: str) -> dict[str, str]:
-    lock = wheels.read_lock(plan.root / "Dockerfiles" / tag / wheels.LOCK_NAME)
+    lock = wheels.read_lock(plan.root / "Dockerfiles" / tag / names.LOCK_NAME)
     return {entry.name: entry.version for entry in lock.entries}
 
 
@@ -241,11 +241,11 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
                       "requests": "2.32.0", "sympy": "1.13.0", "torch": "2.9.0", "torch-xla": "2.9.0"}
     files = {path.name: sha256(path) for path in (index.parent / "files").iterdir()}
     for tag in ("r2.9.0_3.11_cpu", "r2.9.0_3.12_tpuvm"):
-        for entry in wheels.read_lock(plan.root / "Dockerfiles" / tag / wheels.LOCK_NAME).entries:
+        for entry in wheels.read_lock(plan.root / "Dockerfiles" / tag / names.LOCK_NAME).entries:
             assert files[entry.filename] == entry.sha256 and not entry.local
     fresh = load_plan(plan.matrix_path, overrides=project_overrides(index))
     assert all(wheels.lock_status(fresh, f).state is wheels.LockState.FRESH for f in fresh.flavours)
-    assert not [finding for finding in render.check(fresh) if finding.path.endswith(wheels.LOCK_NAME)]
+    assert not [finding for finding in render.check(fresh) if finding.path.endswith(names.LOCK_NAME)]
 
     again = wheels.lock(fresh, [next(f for f in fresh.flavours if f.tag == "r2.9.0_3.11_cpu")])
     assert [(result.tag, result.changed, result.shared_with) for result in again.locked] == [
@@ -281,7 +281,7 @@ def test_failures_do_not_stop_the_others_and_siblings_lock_alone(tmp_path: Path,
     assert "libtpu==0.0.17" in errors["r2.8.1_3.11_tpuvm"].message
     assert sorted(result.tag for result in report.locked) == ["r2.8.1_3.11_cpu", "r2.9.0_3.11_cpu",
                                                               "r2.9.0_3.11_tpuvm"]
-    assert not (tmp_path / "Dockerfiles" / "r2.7.0_3.11_cpu" / wheels.LOCK_NAME).exists()
+    assert not (tmp_path / "Dockerfiles" / "r2.7.0_3.11_cpu" / names.LOCK_NAME).exists()
     alone = next(flavour for flavour in plan.flavours if flavour.tag == "r2.8.1_3.11_cpu")
     assert wheels.lock_status(plan, alone).state is wheels.LockState.FRESH
     assert set(lock_names(plan, "r2.8.1_3.11_cpu")) == {"torch", "torch-xla", "filelock"}

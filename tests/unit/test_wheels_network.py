@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import wheels
+from xla_images import names, wheels
 from xla_images.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +30,12 @@ def test_real_lock_matches_the_committed_one(tmp_path: Path) -> None:
         pytest.skip(f"the package index is not reachable here: {report.failed[0].error.message[:300]}")
     assert report.failed == ()
     made = wheels.read_lock(plan.lock_path(flavour))
-    committed = wheels.read_lock(ROOT / "Dockerfiles" / TAG / wheels.LOCK_NAME)
+    committed = wheels.read_lock(ROOT / "Dockerfiles" / TAG / names.LOCK_NAME)
     assert made.inputs == committed.inputs, "matrix.yaml changed: run ./build.py lock"
     # Exact pins are stable; the rest of the closure may move on as dependencies release (re-lock then).
     for name in ("torch", "torch-xla"):
         assert made.by_name()[name] == committed.by_name()[name]
-    names = set(made.by_name())
-    assert {"nvidia-cudnn-cu12", "triton", "numpy", "absl-py"} <= names and "libtpu" not in names
+    locked = set(made.by_name())
+    assert {"nvidia-cudnn-cu12", "triton", "numpy", "absl-py"} <= locked and "libtpu" not in locked
     assert all(entry.filename.endswith(".whl") and len(entry.sha256) == 64 for entry in made.entries)
     print(f"locked {TAG}: {len(made.entries)} wheels in {seconds:.1f}s")

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from .. import promote as promoting, prune as pruning, publish
+from ..names import PUBLISHED_NAME
 from ..plan import Plan
 from .common import flavour_filters, plan_options, select
-from .publish import PUBLISHED_NAME
 
 
 def _say(line: str) -> None:

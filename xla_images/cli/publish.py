@@ -10,10 +10,9 @@ import click
 
 from .. import engine, publish, resolve as resolving, sign as signing
 from ..errors import ConfigError
+from ..names import PUBLISHED_NAME
 from ..plan import Plan
 from .common import flavour_filters, plan_options, select
-
-PUBLISHED_NAME = "published.json"
 
 
 def _published_option(command: Callable[..., Any]) -> Callable[..., Any]:

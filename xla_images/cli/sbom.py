@@ -6,9 +6,9 @@ from pathlib import Path
 import click
 
 from .. import sbom as sboms, wheels
-from ..build import local_ref
 from ..errors import ConfigError
 from ..flavour import Flavour
+from ..names import TAG_LABEL, local_ref
 from ..plan import Plan
 from .common import plan_options
 
@@ -59,7 +59,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
       build.py sbom 127.0.0.1:5000/xla-images@sha256:...
     """
     flavour = flavour_of(plan, name)
-    image = local_ref(flavour) if flavour is not None else name
+    image = local_ref(flavour.tag) if flavour is not None else name
     if flavour is None and not any(ch in name for ch in ":/@"):
         raise ConfigError(f"{name!r} is neither a flavour of the matrix nor an image reference",
                           rule="flavour-exists", hint="`build.py list` shows the tags; images look like REPO:TAG")
@@ -67,7 +67,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
     if flavour is None:
         from .. import engine
 
-        labelled = (engine.image_labels(image) or {}).get("io.xla-images.tag")
+        labelled = (engine.image_labels(image) or {}).get(TAG_LABEL)
         flavour = flavour_of(plan, labelled) if labelled else None
     made = image_sbom(plan, flavour, image, subject)
     if output is None:

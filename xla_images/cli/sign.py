@@ -7,11 +7,10 @@ import click
 
 from .. import publish, sbom as sboms, sign as signing
 from ..errors import ConfigError, Failure
+from ..names import PUBLISHED_NAME, REPORTS
 from ..plan import Plan
 from .common import flavour_filters, plan_options, select
-from .publish import PUBLISHED_NAME
 from .sbom import flavour_of, image_sbom
-from .test import REPORTS
 
 
 def _say(line: str) -> None:

@@ -12,12 +12,10 @@ from rich.table import Table
 from .. import bench as benching, checks, extras, smoke_runner
 from ..errors import ConfigError, Failure
 from ..flavour import Flavour
+from ..names import REPORTS, local_ref
 from ..plan import Plan
-from ..build import local_ref
 from .common import flavour_filters, in_ci, plan_options, select
 from .sbom import write_report as sbom_report
-
-REPORTS = "reports"
 
 
 def _reports_option(command: Any) -> Any:
@@ -94,7 +92,7 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
 def _built_image(flavour: Flavour) -> str:
     from .. import engine
 
-    image = local_ref(flavour)
+    image = local_ref(flavour.tag)
     labels = engine.image_labels(image)
     if labels is None:
         raise Failure(f"{image} is not built", rule="image-built", hint=f"build it: `build.py build {flavour.tag}`")

@@ -17,8 +17,8 @@ import testinfra
 
 from xla_images import abi, checks, engine, nightly, smoke_runner
 from xla_images.checks import CheckTarget, LayerScan
-from xla_images.build import FLAVOUR_ID_LABEL
-from xla_images.flavour import LABEL_PREFIX, Flavour
+from xla_images.flavour import Flavour
+from xla_images.names import FLAVOUR_ID_LABEL, LABEL_PREFIX
 
 COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "ld")
 PACKAGES = ("torch", "torch_xla", "libtpu")
