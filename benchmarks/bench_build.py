@@ -25,9 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xla_images import build, engine, names  # noqa: E402
-from xla_images.build import BuildOptions, Outcome  # noqa: E402
-from xla_images.plan import load_plan  # noqa: E402
+from xla_images import names  # noqa: E402
+from xla_images.generate.plan import load_plan  # noqa: E402
+from xla_images.run import build, engine
+from xla_images.run.build import BuildOptions, Outcome  # noqa: E402
 
 DEFAULT_FLAVOUR = "r2.9.0_3.11_cpu"
 SIZE_GOAL = 1.10

@@ -38,8 +38,10 @@ os.environ.setdefault("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images-bench-layers")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xla_images import build, cigen, engine, names, publish  # noqa: E402
-from xla_images.plan import load_plan  # noqa: E402
+from xla_images import names  # noqa: E402
+from xla_images.generate import cigen
+from xla_images.generate.plan import load_plan  # noqa: E402
+from xla_images.run import build, engine, publish
 
 CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
 SINGLE_REPOSITORY = "xla-images-bench-single"
@@ -230,7 +232,7 @@ def main() -> int:
             single_env = None
         if "py313" in steps:
             prune_cache()
-            from xla_images import base as bases
+            from xla_images.run import base as bases
 
             if bases.find_base("3.13") is None:
                 started = time.monotonic()

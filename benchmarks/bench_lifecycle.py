@@ -35,9 +35,9 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xla_images import promote, prune  # noqa: E402
-from xla_images.flavour import Abi, Accelerator, Channel, Flavour, WheelSource  # noqa: E402
-from xla_images.publish import Registry, RegistryClient  # noqa: E402
+from xla_images.model.flavour import Abi, Accelerator, Channel, Flavour, WheelSource  # noqa: E402
+from xla_images.run import promote, prune  # noqa: E402
+from xla_images.run.publish import Registry, RegistryClient  # noqa: E402
 
 SCRIPT = REPO / "ci" / "registry.sh"
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"

@@ -28,8 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xla_images import build, engine, names, publish  # noqa: E402
-from xla_images.plan import load_plan  # noqa: E402
+from xla_images import names  # noqa: E402
+from xla_images.generate.plan import load_plan  # noqa: E402
+from xla_images.run import build, engine, publish
 
 REPOSITORY = "xla-images-bench"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xla_images import render  # noqa: E402
-from xla_images.plan import load_plan  # noqa: E402
+from xla_images.generate import render  # noqa: E402
+from xla_images.generate.plan import load_plan  # noqa: E402
 
 
 def timed(function, repeat: int) -> tuple[float, list[float], object]:

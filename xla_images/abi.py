@@ -45,7 +45,7 @@ script can copy this one file into a build container and run ``python abi.py ins
 are imported lazily inside the functions that need them; without them usage errors are `AbiUsageError` and
 the exit codes stay the same: 0 fine, 1 ABI/version mismatch, 2 usage error. Keep it one file for that reason.
 
-The ABI names ("cxx11", "pre-cxx11") are the values of `xla_images.flavour.Abi`; this module cannot import it.
+The ABI names ("cxx11", "pre-cxx11") are the values of `xla_images.model.flavour.Abi`; this module cannot import it.
 """
 from __future__ import annotations
 
@@ -1583,7 +1583,7 @@ def _extract_site_packages(image: str, scratch: Path) -> list[tuple[str, Path]]:
     """
     check_image_reference(image)
     try:
-        from xla_images import engine
+        from xla_images.run import engine
     except ImportError as error:
         raise _usage_error(f"{image!r} is not an existing path, and images can only be read with xla_images "
                            f"installed ({error})", hint="pass a wheel or a directory") from None

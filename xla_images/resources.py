@@ -1,4 +1,5 @@
-"""Where the files that ship with xla-images are: the Jinja2 templates, the smoke suite, ci/registry.sh.
+"""Where the files that ship with xla-images are: the Jinja2 templates, the smoke suite, ci/registry.sh and the
+built-in site settings.
 
 The repository keeps them at its top level (templates/, smoke/). xla_images/templates and xla_images/smoke are
 symlinks to those directories (xla_images/ci_scripts to ci/), and pyproject.toml declares them package data, so one lookup inside the package
@@ -16,6 +17,7 @@ TEMPLATES = "templates"
 CI_TEMPLATES = "templates/ci"
 SMOKE_SUITE = "smoke/xla_smoke"
 CI_SCRIPTS = "ci_scripts"
+SITE_DEFAULTS = "site_defaults.yaml"
 
 
 def shipped(relative: str) -> Path:
@@ -28,6 +30,11 @@ def shipped(relative: str) -> Path:
                       hint="reinstall xla-images (`pip install .`); in a checkout, restore the symlinks "
                            "xla_images/templates and xla_images/smoke from version control")
     return found
+
+
+def site_defaults() -> Path:
+    """The built-in site settings (registry, bases, wheel sources) that site.yaml and --set override."""
+    return Path(str(resources.files(__package__).joinpath(SITE_DEFAULTS)))
 
 
 def templates_dir() -> Path:

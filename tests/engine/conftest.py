@@ -27,10 +27,11 @@ from typing import Callable, Iterator
 import plain_install as plain_install_module
 import pytest
 
-from xla_images import base, build, engine, names, wheels
+from xla_images import names
 from xla_images.errors import Failure
-from xla_images.flavour import Flavour
-from xla_images.plan import Plan, load_plan
+from xla_images.generate.plan import Plan, load_plan
+from xla_images.model.flavour import Flavour
+from xla_images.run import base, build, engine, wheels
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import base, engine
 from xla_images.errors import ConfigError
+from xla_images.run import base, engine
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import build, engine, names, resources
-from xla_images.build import BuildOptions, Outcome
+from xla_images import names, resources
+from xla_images.run import build, engine
+from xla_images.run.build import BuildOptions, Outcome
 
 OLD, NEW = "8.71.0", "8.72.0"
 

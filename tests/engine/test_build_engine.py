@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import engine
 from xla_images.errors import Failure
+from xla_images.run import engine
 
 REPO = Path(__file__).resolve().parents[2]
 

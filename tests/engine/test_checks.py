@@ -15,9 +15,10 @@ from typing import Callable, Iterator
 
 import pytest
 
-from xla_images import checks, engine, names, smoke_runner
-from xla_images.flavour import Flavour
-from xla_images.plan import load_plan
+from xla_images import names
+from xla_images.generate.plan import load_plan
+from xla_images.model.flavour import Flavour
+from xla_images.run import checks, engine, smoke_runner
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"

@@ -23,9 +23,11 @@ from typing import Callable, Iterator
 
 import pytest
 
-from xla_images import build, cigen, engine, names, publish
-from xla_images.flavour import Flavour
-from xla_images.plan import load_plan
+from xla_images import names
+from xla_images.generate import cigen
+from xla_images.generate.plan import load_plan
+from xla_images.model.flavour import Flavour
+from xla_images.run import build, engine, publish
 
 pytestmark = pytest.mark.slow
 

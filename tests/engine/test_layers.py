@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import build, engine, names, publish
-from xla_images.build import BuildOptions, Outcome
+from xla_images import names
+from xla_images.run import build, engine, publish
+from xla_images.run.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
 

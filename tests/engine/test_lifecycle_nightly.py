@@ -16,8 +16,9 @@ import pytest
 
 import lifecycle_support as support
 from registry_process import RegistryProcess, running
-from xla_images import build, checks, names, wheels
-from xla_images.flavour import Flavour
+from xla_images import names
+from xla_images.model.flavour import Flavour
+from xla_images.run import build, checks, wheels
 
 BASE = "8.90.0"
 NIGHT = "20261201"

@@ -17,8 +17,8 @@ import pytest
 
 import lifecycle_support as support
 from registry_process import RegistryProcess, running
-from xla_images import engine
-from xla_images.plan import load_plan
+from xla_images.generate.plan import load_plan
+from xla_images.run import engine
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ import pytest
 
 import lifecycle_support as support
 from registry_process import RegistryProcess, running
-from xla_images import engine
+from xla_images.run import engine
 
 REPO = Path(__file__).resolve().parents[2]
 SERIES = "nightly_3.11_cpu"

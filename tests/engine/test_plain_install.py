@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import build
-from xla_images.build import BuildOptions, Outcome
+from xla_images.run import build
+from xla_images.run.build import BuildOptions, Outcome
 
 from plain_install import environment
 

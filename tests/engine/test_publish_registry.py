@@ -17,9 +17,10 @@ from typing import Iterator
 import pytest
 
 from registry_process import REPO, RegistryProcess, free_port, running
-from xla_images import build, engine, names, publish
-from xla_images.flavour import Flavour
-from xla_images.plan import load_plan
+from xla_images import names
+from xla_images.generate.plan import load_plan
+from xla_images.model.flavour import Flavour
+from xla_images.run import build, engine, publish
 
 PASSWORD = "pw-" + os.urandom(12).hex()
 

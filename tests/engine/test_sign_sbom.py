@@ -16,8 +16,9 @@ import pytest
 import requests
 
 from registry_process import REPO, RegistryProcess, running
-from xla_images import build, engine, names, sbom, wheels
-from xla_images.build import BuildOptions, Outcome
+from xla_images import names
+from xla_images.run import build, engine, sbom, wheels
+from xla_images.run.build import BuildOptions, Outcome
 
 PORTS = range(5080, 5090)  # this suite's share of 127.0.0.1
 REPOSITORY = "xla-images-signing"

@@ -514,7 +514,7 @@ def test_standalone_copy_works_without_xla_images(built: Path, tmp_path: Path) -
 
 
 def test_unknown_image_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xla_images import engine
+    from xla_images.run import engine
 
     def no_image(image: str, container_path: str, dest: Path) -> Path:
         raise Failure(f"image {image} is not on this engine", rule="image-exists")
@@ -525,7 +525,7 @@ def test_unknown_image_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_image_without_site_packages_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xla_images import engine
+    from xla_images.run import engine
 
     asked: list[str] = []
 
@@ -540,7 +540,7 @@ def test_image_without_site_packages_is_a_usage_error(monkeypatch: pytest.Monkey
 
 
 def test_engine_failures_other_than_missing_paths_propagate(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xla_images import engine
+    from xla_images.run import engine
 
     def engine_down(image: str, container_path: str, dest: Path) -> Path:
         raise Failure("no Docker engine answers", rule="engine-reachable")

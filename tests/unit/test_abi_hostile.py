@@ -436,7 +436,7 @@ def test_unreadable_directory_and_library_are_usage_errors(seeds: Path, shared_t
 def test_image_that_does_not_exist_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the engine says about a missing image (rule image-exists) becomes exit 2; path-like names that do
     not exist are never looked up as images."""
-    from xla_images import engine
+    from xla_images.run import engine
     from xla_images.errors import Failure
 
     def no_image(image: str, container_path: str, dest: Path) -> Path:
@@ -469,7 +469,7 @@ def test_sparse_library_claiming_a_huge_symbol_table_is_refused_before_reading(s
                                     "name:tag:tag", "-leading-dash:1"])
 def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
         target: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from xla_images import engine
+    from xla_images.run import engine
 
     def must_not_be_called(*arguments: object) -> Path:
         raise AssertionError("the engine was asked about a malformed reference")

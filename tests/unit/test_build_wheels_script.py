@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import abi, names, render
-from xla_images.flavour import Abi
+from xla_images import abi, names
+from xla_images.generate import render
+from xla_images.model.flavour import Abi
 
 from test_render import GOLDEN, fixed_flavours, update_golden
 

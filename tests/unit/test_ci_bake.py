@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
-from xla_images import build, cigen, names, render
+from xla_images import names
 from xla_images.errors import ConfigError
-from xla_images.flavour import Flavour
-from xla_images.plan import Plan, load_plan
+from xla_images.generate import cigen, render
+from xla_images.generate.plan import Plan, load_plan
+from xla_images.model.flavour import Flavour
+from xla_images.run import build
 
 ROOT = Path(__file__).resolve().parents[2]
 # What bake accepts as a target or group name (buildx bake/bake.go: validTargetNameChars).
@@ -235,7 +237,7 @@ def test_buildx_reads_the_file(plan: Plan, tmp_path: Path) -> None:
 # --- `ci bake --contexts`: the contexts and the override file ---------------------------------------------
 
 def locked_flavour(plan: Plan) -> Flavour:
-    from xla_images import wheels
+    from xla_images.run import wheels
 
     for flavour in plan.flavours:
         if wheels.lock_status(plan, flavour).state is wheels.LockState.FRESH:
@@ -302,7 +304,7 @@ def test_contexts_are_replaced_whole_and_foreign_dirs_refused(plan: Plan, tmp_pa
 
 
 def test_contexts_need_fresh_locks(plan: Plan, tmp_path: Path) -> None:
-    from xla_images import wheels
+    from xla_images.run import wheels
     from xla_images.errors import Failure
 
     unlocked = [f for f in plan.flavours if wheels.lock_status(plan, f).state is not wheels.LockState.FRESH]

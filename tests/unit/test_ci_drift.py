@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import cigen
-from xla_images.plan import load_plan
+from xla_images.generate import cigen
+from xla_images.generate.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,8 +20,9 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from xla_images import cigen, publish, wheels
-from xla_images.plan import Plan, load_plan
+from xla_images.generate import cigen
+from xla_images.generate.plan import Plan, load_plan
+from xla_images.run import publish, wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

@@ -144,7 +144,7 @@ def test_bench_plot_without_the_extra_exits_2_before_running_anything(missing_pl
 
 
 def test_doctor_item_for_an_extra(missing_plot: extras.Extra) -> None:
-    from xla_images import doctor
+    from xla_images.run import doctor
 
     item = doctor.check_extra(missing_plot)
     assert item.status is doctor.Status.WARN and not item.required and "xla-images[plot]" in (item.fix or "")
@@ -163,7 +163,7 @@ def test_missing_dependency_message() -> None:
 def test_a_command_importing_a_missing_dependency_exits_2(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """As `test` did when pytest was a test extra: the import inside the command fails."""
-    from xla_images import checks
+    from xla_images.run import checks
 
     def needs_pytest(*args: object, **kwargs: object) -> None:
         raise ModuleNotFoundError("No module named 'pytest'", name="pytest")

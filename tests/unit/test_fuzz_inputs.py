@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile_inputs import ROOT, assert_answered, run_cli
-from xla_images import wheels
 from xla_images.errors import ConfigError
+from xla_images.run import wheels
 
 DEADLINE = datetime.timedelta(seconds=5)
 FUZZ = settings(derandomize=True, database=None, deadline=DEADLINE, print_blob=True,

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from hostile_inputs import ROOT, assert_answered, run_cli, run_limited
-from xla_images import publish, wheels, yamlsrc
+from xla_images import yamlsrc
 from xla_images.errors import ConfigError
+from xla_images.run import publish, wheels
 
 MATRIX = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
 # "Billion laughs": nine levels of nine aliases, 9**9 values if it were built.

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xla_images import build, layers
+from xla_images import layers
+from xla_images.run import build
 
 
 class FakeDist:

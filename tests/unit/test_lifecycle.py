@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from xla_images import nightly, promote, prune, wheels, yamlsrc
+from xla_images import yamlsrc
 from xla_images.errors import ConfigError, ErrorList, Failure
-from xla_images.flavour import Abi, Accelerator, dev_base, dev_date, nightly_specifier
-from xla_images.matrix import expand
-from xla_images.publish import Published, Registry, RegistryClient, read_published, record_published
-from xla_images.site import load_site
+from xla_images.model.flavour import Abi, Accelerator, dev_base, dev_date, nightly_specifier
+from xla_images.model.matrix import expand
+from xla_images.model.site import load_site
+from xla_images.run import nightly, promote, prune, wheels
+from xla_images.run.publish import Published, Registry, RegistryClient, read_published, record_published
 
 NIGHTLY = """\
 schema: 1
@@ -138,7 +139,7 @@ def test_a_site_channel_must_be_known() -> None:
 def test_release_sources_do_not_serve_nightlies() -> None:
     site = load_site(None)
     assert site.wheel_source_for("2.10.0", Abi.CXX11) is not None
-    from xla_images.flavour import Channel
+    from xla_images.model.flavour import Channel
     assert site.wheel_source_for("2.10.0", Abi.CXX11, Channel.NIGHTLY) is None
 
 
@@ -386,7 +387,7 @@ def write_wheel(directory: Path, name: str, version: str) -> None:
 
 
 def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Path) -> None:
-    from xla_images.plan import load_plan
+    from xla_images.generate.plan import load_plan
 
     base = "1.99.0"  # low on purpose: some hosts constrain torch to real versions
     for night in ("20261130", "20261201"):
@@ -420,7 +421,7 @@ def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Pa
 
 
 def test_a_pinned_nightly_renders_its_night_into_the_dockerfile() -> None:
-    from xla_images.render import render_flavour
+    from xla_images.generate.render import render_flavour
 
     dockerfile = render_flavour(pinned_cpu())["Dockerfile"]
     assert 'io.xla-images.nightly-date="20261203"' in dockerfile

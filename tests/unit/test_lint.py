@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import lint, render
 from xla_images.errors import Failure
+from xla_images.generate import render
+from xla_images.run import lint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,7 @@ def test_committed_renders_are_lint_clean() -> None:
 
 @needs_shellcheck
 def test_lint_targets_cover_the_wheel_build_files() -> None:
-    from xla_images.plan import load_plan
+    from xla_images.generate.plan import load_plan
 
     targets = render.lint_targets(load_plan(ROOT / "matrix.yaml"))
     assert set(render.WHEEL_BUILD_STATIC) <= set(targets)

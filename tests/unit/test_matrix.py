@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError, ErrorList, XlaImagesError
-from xla_images.flavour import Abi, Accelerator
-from xla_images.matrix import expand, load_flavours, select
-from xla_images.site import load_site
+from xla_images.model.flavour import Abi, Accelerator
+from xla_images.model.matrix import expand, load_flavours, select
+from xla_images.model.site import load_site
 
 ROOT = Path(__file__).resolve().parents[2]
 

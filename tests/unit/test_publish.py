@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import requests
 
-from xla_images import build, engine, names, publish
+from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.flavour import Abi, Accelerator, Flavour, WheelSource
-from xla_images.publish import Credentials, Registry, RegistryClient, RetryPolicy
+from xla_images.model.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.run import build, engine, publish
+from xla_images.run.publish import Credentials, Registry, RegistryClient, RetryPolicy
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from xla_images import bench, smoke_runner
-from xla_images.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.model.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.run import bench, smoke_runner
 
 
 def flavour(tag_python: str = "3.11") -> Flavour:

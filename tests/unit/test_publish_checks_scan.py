@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from xla_images import checks
+from xla_images.run import checks
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB-proxy-ca\n-----END CERTIFICATE-----\n"
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from xla_images import publish, resolve
 from xla_images.errors import Failure
-from xla_images.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.model.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.run import publish, resolve
 
 DIGEST_A, DIGEST_B, DIGEST_C = ("sha256:" + letter * 64 for letter in "abc")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import publish
 from xla_images.errors import ConfigError
+from xla_images.run import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "127.0.0.1:5000/xla-images"

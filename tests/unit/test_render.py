@@ -9,10 +9,12 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from xla_images import matrix, render, yamlsrc
+from xla_images import yamlsrc
 from xla_images.errors import ConfigError
-from xla_images.flavour import Flavour
-from xla_images.site import load_site
+from xla_images.generate import render
+from xla_images.model import matrix
+from xla_images.model.flavour import Flavour
+from xla_images.model.site import load_site
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 GOLDEN_TAGS = ("r2.6.0_3.11_tpuvm", "r2.6.0_3.11_tpuvm_cxx11", "r2.9.0_3.11_tpuvm")

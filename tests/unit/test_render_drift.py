@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import names, render, wheels
-from xla_images.plan import Plan, load_plan
+from xla_images import names
+from xla_images.generate import render
+from xla_images.generate.plan import Plan, load_plan
+from xla_images.run import wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from xla_images.errors import ConfigError
-from xla_images.flavour import Abi
-from xla_images.site import load_site, parse_override
+from xla_images.model.flavour import Abi
+from xla_images.model.site import load_site, parse_override
 
 
 def test_defaults_use_the_default_index_for_published_abis() -> None:

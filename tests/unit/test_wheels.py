@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import names, render, wheels
+from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.flavour import WheelSource
-from xla_images.plan import Plan, load_plan
+from xla_images.generate import render
+from xla_images.generate.plan import Plan, load_plan
+from xla_images.model.flavour import WheelSource
+from xla_images.run import wheels
 
 MATRIX = """\
 schema: 1

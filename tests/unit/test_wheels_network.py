@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import names, wheels
-from xla_images.plan import load_plan
+from xla_images import names
+from xla_images.generate.plan import load_plan
+from xla_images.run import wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "r2.9.0_3.11_cpu"

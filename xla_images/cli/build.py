@@ -12,12 +12,10 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from .. import base as bases
-from .. import build as building
-from .. import doctor as doctoring
 from ..errors import ConfigError, Failure
-from ..flavour import Flavour
-from ..plan import Plan
+from ..generate.plan import Plan
+from ..model.flavour import Flavour
+from ..run import base as bases, build as building, doctor as doctoring
 from .common import flavour_filters, in_ci, plan_options, select
 
 FAILURE_TAIL_LINES = 25

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import click
 
-from .. import cigen
 from ..errors import Failure
-from ..plan import Plan
+from ..generate import cigen
+from ..generate.plan import Plan
 from .common import flavour_filters, plan_options, select
 
 

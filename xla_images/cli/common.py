@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from ..plan import Plan, load_plan
+from ..generate.plan import Plan, load_plan
 from ..userfiles import resolve_path
 
 DEFAULT_SITE = "site.yaml"

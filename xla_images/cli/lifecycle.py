@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from .. import promote as promoting, prune as pruning, publish
+from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME
-from ..plan import Plan
+from ..run import promote as promoting, prune as pruning, publish
 from .common import flavour_filters, plan_options, select
 
 

@@ -7,8 +7,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import wheels
-from ..plan import Plan
+from ..generate.plan import Plan
+from ..run import wheels
 from .common import flavour_filters, plan_options
 
 

@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import click
 
-from .. import engine, publish, resolve as resolving, sign as signing
 from ..errors import ConfigError
+from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME
-from ..plan import Plan
+from ..run import engine, publish, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, select
 
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-from .. import lint as lint_module
-from .. import render as render_module
-from .. import wheels as wheels_module
 from ..errors import Failure
-from ..plan import Plan
+from ..generate import render as render_module
+from ..generate.plan import Plan
+from ..run import lint as lint_module, wheels as wheels_module
 from .common import flavour_filters, plan_options, select
 
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import click
 
-from .. import sbom as sboms, wheels
 from ..errors import ConfigError
-from ..flavour import Flavour
+from ..generate.plan import Plan
+from ..model.flavour import Flavour
 from ..names import TAG_LABEL, local_ref
-from ..plan import Plan
+from ..run import sbom as sboms, wheels
 from .common import plan_options
 
 
@@ -65,7 +65,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
                           rule="flavour-exists", hint="`build.py list` shows the tags; images look like REPO:TAG")
     subject = sboms.local_subject(image)
     if flavour is None:
-        from .. import engine
+        from ..run import engine
 
         labelled = (engine.image_labels(image) or {}).get(TAG_LABEL)
         flavour = flavour_of(plan, labelled) if labelled else None

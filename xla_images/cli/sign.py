@@ -5,10 +5,10 @@ from pathlib import Path
 
 import click
 
-from .. import publish, sbom as sboms, sign as signing
 from ..errors import ConfigError, Failure
+from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
-from ..plan import Plan
+from ..run import publish, sbom as sboms, sign as signing
 from .common import flavour_filters, plan_options, select
 from .sbom import flavour_of, image_sbom
 

@@ -9,11 +9,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import bench as benching, checks, extras, smoke_runner
+from .. import extras
 from ..errors import ConfigError, Failure
-from ..flavour import Flavour
+from ..generate.plan import Plan
+from ..model.flavour import Flavour
 from ..names import REPORTS, local_ref
-from ..plan import Plan
+from ..run import bench as benching, checks, smoke_runner
 from .common import flavour_filters, in_ci, plan_options, select
 from .sbom import write_report as sbom_report
 
@@ -90,7 +91,7 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
 
 
 def _built_image(flavour: Flavour) -> str:
-    from .. import engine
+    from ..run import engine
 
     image = local_ref(flavour.tag)
     labels = engine.image_labels(image)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import Failure
-from .flavour import Flavour
+from ..errors import Failure
+from ..model.flavour import Flavour
 from .publish import Published, Registry, RegistryClient, read_published, record_published
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .names import ENV_PREFIX, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
+from ..names import ENV_PREFIX, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
 
 
 

@@ -27,10 +27,11 @@ from typing import Any, Callable, Iterator, Mapping
 import requests
 import tenacity
 
-from . import diskio, engine, nightly, userfiles
-from .errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
-from .flavour import Flavour
-from .names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
+from .. import diskio, userfiles
+from ..errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
+from ..model.flavour import Flavour
+from ..names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
+from . import engine, nightly
 
 USER_ENV = "XLA_IMAGES_REGISTRY_USER"
 PASSWORD_ENV = "XLA_IMAGES_REGISTRY_PASSWORD"

@@ -10,7 +10,7 @@ side has are kept and marked (`xla-images:source` = lock | image | lock+image), 
 image lacks, or holds in another version, is a `mismatch` the caller reports. The BOM's metadata component
 is the image: its manifest digest and repository once pushed, its image id before.
 
-The module speaks to the engine only through xla_images.engine; assembly (`assemble`) is pure and unit-tested.
+The module speaks to the engine only through xla_images.run.engine; assembly (`assemble`) is pure and unit-tested.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from ..errors import Failure
+from ..names import VENV
 from . import engine
-from .errors import Failure
-from .names import VENV
 from .wheels import Lock
 
 SBOM_NAME = "sbom.cdx.json"

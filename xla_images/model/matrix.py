@@ -29,8 +29,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from . import yamlsrc
-from .errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
+from .. import yamlsrc
+from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
 from .flavour import (WHEEL_BUILD_SCRIPT, Abi, Accelerator, Channel, Flavour, abi_suffix, default_base_image,
                       make_tag_prefix, minor)
 from .site import Site

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import Failure
-from .flavour import Flavour
+from ..errors import Failure
+from ..model.flavour import Flavour
 from .publish import Registry, RegistryClient, read_published
 
 FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator"}

@@ -12,11 +12,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import layers, matrix, nightly, render, resources
-from .flavour import Flavour
-from .names import DOCKERFILES, LOCK_NAME
-from .site import Site, load_site
-from .userfiles import resolve_path
+from .. import layers, resources
+from ..model import matrix
+from ..model.flavour import Flavour
+from ..model.site import Site, load_site
+from ..names import DOCKERFILES, LOCK_NAME
+from ..run import nightly
+from ..userfiles import resolve_path
+from . import render
 
 
 @dataclass(frozen=True)

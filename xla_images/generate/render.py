@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from . import layers, resources, wheels
-from .errors import ConfigError
-from .flavour import Flavour, WheelBuild, default_base_image
-from .names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, DOCKERFILES, FLAVOUR_ID_LABEL,
-                    GENERATED_MARK, IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH,
-                    SPLIT_SCRIPT, VENV, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR)
+from .. import layers, resources
+from ..errors import ConfigError
+from ..model.flavour import Flavour, WheelBuild, default_base_image
+from ..names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, DOCKERFILES, FLAVOUR_ID_LABEL,
+                     GENERATED_MARK, IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH,
+                     SPLIT_SCRIPT, VENV, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR)
+from ..run import wheels
 
 if TYPE_CHECKING:  # plan.py imports this module; a runtime import would be circular
     from .plan import Plan

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
-from . import diskio
-from .flavour import Flavour
-from .names import VENV
+from .. import diskio
+from ..model.flavour import Flavour
+from ..names import VENV
 
 TEST_MODULE = Path(__file__).with_name("image_checks") / "test_image.py"
 CHECKS_XML = "checks.xml"

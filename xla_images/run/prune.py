@@ -28,8 +28,8 @@ from typing import Callable, Iterable
 
 import yaml
 
-from . import resources
-from .errors import ConfigError, Failure, Location
+from .. import resources
+from ..errors import ConfigError, Failure, Location
 from .publish import Registry, RegistryClient, read_published
 
 DATED_NIGHTLY = re.compile(r"^(?P<series>nightly_.+)_(?P<date>\d{8})$")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..errors import Failure
+from ..model.flavour import Accelerator, Flavour
 from . import engine
-from .errors import Failure
-from .flavour import Accelerator, Flavour
 
 CONTAINER_REPORT_DIR = "/reports"
 SUITE_FILES = {"report.json": "smoke.json", "junit.xml": "smoke.xml"}  # suite's name -> ours

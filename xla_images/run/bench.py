@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import extras, smoke_runner
-from .flavour import Flavour
+from .. import extras
+from ..model.flavour import Flavour
+from . import smoke_runner
 
 BENCH_CHECKS = ("compile_time", "tracing")
 BENCH_JSON = "bench.json"

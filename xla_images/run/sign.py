@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..errors import ConfigError, Failure, Location
+from ..names import local_ref
 from . import engine
-from .errors import ConfigError, Failure, Location
-from .names import local_ref
 from .publish import Credentials, Published, Registry, RegistryClient, load_credentials, redact, redacting
 
 PASSWORD_ENV = "COSIGN_PASSWORD"

@@ -23,8 +23,8 @@ import docker.errors
 import requests
 import urllib3
 
-from .errors import Failure
-from .names import LABEL_PREFIX
+from ..errors import Failure
+from ..names import LABEL_PREFIX
 
 START_HINT = "start one with `ci/engine.sh start` (installs and runs dockerd), then check with `build.py doctor`"
 # Containers this toolkit creates carry this label, so a sweep can find exactly ours.

@@ -1,6 +1,6 @@
 """Site settings: what differs per user (registry, wheel sources, base images, CA bundle).
 
-Three layers, later wins: the built-in defaults (site_defaults.yaml next to this file), an optional
+Three layers, later wins: the built-in defaults (xla_images/site_defaults.yaml), an optional
 site.yaml, and `--set key=value` options. Mappings merge key by key; lists and scalars replace.
 """
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from . import yamlsrc
-from .errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
+from .. import resources, yamlsrc
+from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
 from .flavour import Abi, Channel, WheelSource
 
-DEFAULTS_PATH = Path(__file__).with_name("site_defaults.yaml")
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
@@ -107,7 +106,7 @@ class Site:
 
 def load_site(site_path: Path | None, overrides: tuple[str, ...] = (), root: Path | None = None) -> Site:
     """Merge defaults, the site file (if any) and `--set` overrides, then validate."""
-    defaults = yamlsrc.load(DEFAULTS_PATH)
+    defaults = yamlsrc.load(resources.site_defaults())
     merged: dict[str, Any] = dict(defaults.data)
     origin: dict[str, yamlsrc.YamlDoc] = {key: defaults for key in merged}
     site_root = root or Path.cwd()

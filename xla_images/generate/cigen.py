@@ -21,12 +21,12 @@ from typing import Any, Callable
 
 import jinja2
 
-from . import names, resources
-from .errors import ConfigError, Failure
-from .flavour import Flavour
-from .names import GENERATED_MARK, RUNTIME_STAGE
+from .. import names, resources
+from ..errors import ConfigError, Failure
+from ..model.flavour import Flavour
+from ..model.site import load_site
+from ..names import GENERATED_MARK, RUNTIME_STAGE
 from .plan import Plan
-from .site import load_site
 
 GITHUB_DIR = Path("ci") / "github"
 BUILD_WORKFLOW = GITHUB_DIR / "xla-images-build.yml"
@@ -154,7 +154,7 @@ def assemble_bake_contexts(plan: Plan, flavours: list[Flavour], contexts: Path,
     pullable, else the bootstrapped one): a bootstrapped base exists only on this engine, so a remote builder
     needs a site base it can pull (site.yaml `bases`).
     """
-    from . import build as building  # the engine side, only when contexts are asked for
+    from ..run import build as building  # the engine side, only when contexts are asked for
 
     chooser = choose_base or (lambda flavour: building.choose_base(flavour.python, flavour.base_image))
     unlocked = []
@@ -187,7 +187,7 @@ def _replace_context(plan: Plan, flavour: Flavour, target: Path,
                           hint="point --contexts at a directory of its own, e.g. build/bake")
     scratch = Path(tempfile.mkdtemp(prefix=f".{flavour.tag}-", dir=target.parent))
     scratch.chmod(0o755)  # mkdtemp makes it private; a builder running as another user must read it
-    from .build import secrets_dir_for
+    from ..run.build import secrets_dir_for
 
     try:
         write_context(plan, flavour, scratch)

@@ -18,9 +18,9 @@ from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import ConfigError, Failure, Location
-from .flavour import Flavour, dev_base, dev_date
-from .names import DOCKERFILES, LABEL_PREFIX, LOCK_NAME
+from ..errors import ConfigError, Failure, Location
+from ..model.flavour import Flavour, dev_base, dev_date
+from ..names import DOCKERFILES, LABEL_PREFIX, LOCK_NAME
 from .wheels import parse_lock
 
 PACKAGES = {"torch": "torch", "torch_xla": "torch-xla"}  # module -> canonical name in a lock

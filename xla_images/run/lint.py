@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import Failure
+from ..errors import Failure
 
 SHELLCHECK_DEFAULT = Path("/usr/bin/shellcheck")
 SHELLCHECK_PROCESSES = max(1, os.cpu_count() or 1)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..errors import ConfigError, Failure
+from ..names import LABEL_PREFIX
 from . import engine
-from .errors import ConfigError, Failure
-from .names import LABEL_PREFIX
 
 BASE_REPOSITORY = "xla-images/base"
 PYTHON_LABEL = f"{LABEL_PREFIX}.base.python"

@@ -49,14 +49,14 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import userfiles
-from .errors import ConfigError, Failure, Location, XlaImagesError, shown_value
-from .flavour import Flavour, WheelSource
-from .names import GENERATED_MARK, IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME
+from .. import userfiles
+from ..errors import ConfigError, Failure, Location, XlaImagesError, shown_value
+from ..model.flavour import Flavour, WheelSource
+from ..names import GENERATED_MARK, IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME
 
 if TYPE_CHECKING:  # plan imports render, which imports this module
-    from .plan import Plan
-    from .site import Site
+    from ..generate.plan import Plan
+    from ..model.site import Site
 
 LOCK_SCHEMA = 1
 

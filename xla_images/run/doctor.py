@@ -11,10 +11,10 @@ from pathlib import Path
 
 import requests
 
-from . import base as bases
-from . import engine, extras, lint, sign
-from .errors import XlaImagesError
-from .plan import Plan
+from .. import extras
+from ..errors import XlaImagesError
+from ..generate.plan import Plan
+from . import base as bases, engine, lint, sign
 
 # A flavour's image is ~7.8 GB (torch + torch_xla); building needs about as much again while it runs.
 GB_PER_FLAVOUR = 8

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from . import base as bases
-from . import diskio, engine, layers, locks, names, wheels
-from .errors import Failure
-from .flavour import Flavour
-from .names import BASE_STAGE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, local_ref
-from .plan import Plan
+from .. import diskio, layers, names
+from ..errors import Failure
+from ..generate.plan import Plan
+from ..model.flavour import Flavour
+from ..names import BASE_STAGE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, local_ref
+from . import base as bases, engine, locks, wheels
 
 BUILD_LOG = "build.log"
 KEEP_FILE = ".keep"

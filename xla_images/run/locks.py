@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .errors import Failure
+from ..errors import Failure
 
 LOCK_DIR_ENV = "XLA_IMAGES_LOCK_DIR"
 DEFAULT_LOCK_DIR = Path("/tmp/xla-images-locks")

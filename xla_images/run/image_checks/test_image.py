@@ -1,4 +1,4 @@
-"""Checks every xla-images image must pass. Run through `xla_images.checks.run` (`build.py test`), which
+"""Checks every xla-images image must pass. Run through `xla_images.run.checks.run` (`build.py test`), which
 provides the `target` fixture: the flavour, the image reference, the site's CA bundle and whether to run as
 on a TPU VM.
 
@@ -15,10 +15,11 @@ from typing import Any, Iterator
 import pytest
 import testinfra
 
-from xla_images import abi, checks, engine, nightly, smoke_runner
-from xla_images.checks import CheckTarget, LayerScan
-from xla_images.flavour import Flavour
+from xla_images import abi
+from xla_images.model.flavour import Flavour
 from xla_images.names import FLAVOUR_ID_LABEL, LABEL_PREFIX
+from xla_images.run import checks, engine, nightly, smoke_runner
+from xla_images.run.checks import CheckTarget, LayerScan
 
 COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "ld")
 PACKAGES = ("torch", "torch_xla", "libtpu")
