@@ -35,7 +35,9 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xla_images.model.flavour import Abi, Accelerator, Channel, Flavour, WheelSource  # noqa: E402
+from xla_images.model.flavour import Abi, Accelerator, Channel  # noqa: E402
+from xla_images.model.site import WheelSource  # noqa: E402
+from xla_images.model.target import Target  # noqa: E402
 from xla_images.run import promote, prune  # noqa: E402
 from xla_images.run.publish import Registry, RegistryClient  # noqa: E402
 
@@ -96,8 +98,8 @@ def write_image(url: str, repo: str, tags: list[str], megabytes: int, layers: in
     return total + len(config)
 
 
-def nightly_flavour() -> Flavour:
-    flavour = Flavour(torch_xla="9.0.0", torch="9.0.0", python="3.11", abi=Abi.CXX11, accelerator=Accelerator.CPU,
+def nightly_flavour() -> Target:
+    flavour = Target(torch_xla="9.0.0", torch="9.0.0", python="3.11", abi=Abi.CXX11, accelerator=Accelerator.CPU,
                       libtpu=None, release_default_abi=Abi.CXX11, pytorch_git_rev="nightly", xla_git_rev="master",
                       wheel_source=WheelSource("bench"), base_image="bench", declared_at="bench",
                       channel=Channel.NIGHTLY, nightly_base="9.0.0")
@@ -124,7 +126,7 @@ def main() -> None:
                 registry_script("stop", state / str(port), port)
 
 
-def run(flavour: Flavour, state: Path, ports: list[int], args: argparse.Namespace) -> None:
+def run(flavour: Target, state: Path, ports: list[int], args: argparse.Namespace) -> None:
     staging, production = (f"127.0.0.1:{port}" for port in ports)
     size = write_image(f"http://{staging}", "stage", list(flavour.tags), args.megabytes, args.layers)
     print(f"image: {args.layers} layers, {size / 1e6:.1f} MB of blobs, tags {', '.join(flavour.tags)}")

@@ -17,6 +17,7 @@ from xla_images.errors import ConfigError, ErrorList, Failure
 from xla_images.model.flavour import Abi, Accelerator, dev_base, dev_date, nightly_specifier
 from xla_images.model.matrix import expand
 from xla_images.model.site import load_site
+from xla_images.model.target import bind
 from xla_images.run import nightly, promote, prune, wheels
 from xla_images.run.publish import Published, Registry, RegistryClient, read_published, record_published
 
@@ -46,7 +47,7 @@ NIGHTLY_SOURCE = ("wheel_sources=[{name: nightly, match: {channel: nightly}, fin
 
 
 def flavours(text: str = NIGHTLY, overrides: tuple[str, ...] = (NIGHTLY_SOURCE,)):
-    return expand(yamlsrc.loads(textwrap.dedent(text), "m.yaml"), load_site(None, overrides))
+    return bind(expand(yamlsrc.loads(textwrap.dedent(text), "m.yaml")), load_site(None, overrides))
 
 
 def errors(text: str, overrides: tuple[str, ...] = (NIGHTLY_SOURCE,)) -> list:

@@ -13,6 +13,7 @@ from xla_images.errors import ConfigError, ErrorList, XlaImagesError
 from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.matrix import expand, load_flavours, select
 from xla_images.model.site import load_site
+from xla_images.model.target import bind
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ releases:
 
 
 def flavours_of(text: str, path: str = "m.yaml"):
-    return expand(yamlsrc.loads(textwrap.dedent(text), path), load_site(None))
+    return bind(expand(yamlsrc.loads(textwrap.dedent(text), path)), load_site(None))
 
 
 def errors_of(text: str) -> list[XlaImagesError]:
@@ -119,7 +120,7 @@ def test_pre_cxx11_after_2_7_is_allowed_when_a_source_serves_it() -> None:
     text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    abis: [cxx11, pre-cxx11]')
     site = load_site(None, ("wheel_sources=[{name: precxx11-mirror, match: {abi: pre-cxx11},"
                             " find_links: /srv/wheels}, {name: index, match: {}}]",))
-    flavours = expand(yamlsrc.loads(text, "m.yaml"), site)
+    flavours = bind(expand(yamlsrc.loads(text, "m.yaml")), site)
     pre = [f for f in flavours if f.torch_xla == "2.9.0" and f.abi is Abi.PRE_CXX11]
     assert pre and all(f.tag.endswith("_precxx11") for f in pre)
     assert all(f.wheel_local_version == "+precxx11" for f in pre)
@@ -181,7 +182,7 @@ COMMITTED_TAGS = {
 
 @pytest.fixture(scope="module")
 def committed():
-    return load_flavours(ROOT / "matrix.yaml", load_site(None))
+    return bind(load_flavours(ROOT / "matrix.yaml"), load_site(None))
 
 
 def test_committed_matrix_tags(committed) -> None:
@@ -257,5 +258,5 @@ def test_latest_python_none_gives_no_latest_tags(tmp_path: Path) -> None:
     assert "latest_python: none" in text
     path = tmp_path / "matrix.yaml"
     path.write_text(text)
-    flavours = load_flavours(path, load_site(None))
+    flavours = bind(load_flavours(path), load_site(None))
     assert flavours and not any(alias.startswith("latest") for f in flavours for alias in f.aliases)

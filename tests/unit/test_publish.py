@@ -12,7 +12,9 @@ import requests
 
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.model.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.model.flavour import Abi, Accelerator
+from xla_images.model.site import WheelSource
+from xla_images.model.target import Target
 from xla_images.run import build, engine, publish
 from xla_images.run.publish import Credentials, Registry, RegistryClient, RetryPolicy
 
@@ -22,14 +24,14 @@ SECRET = "s3cr3t-Pa55word!"
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
 
 
-def make_flavour(**changes: Any) -> Flavour:
+def make_flavour(**changes: Any) -> Target:
     facts: dict[str, Any] = dict(
         torch_xla="2.9.0", torch="2.9.0", python="3.11", abi=Abi.CXX11, accelerator=Accelerator.CPU, libtpu=None,
         release_default_abi=Abi.CXX11, pytorch_git_rev="v2.9.1", xla_git_rev="v2.9.0",
         wheel_source=WheelSource("default"), base_image="python:3.11-slim-bookworm", declared_at="matrix.yaml:1",
         aliases=("r2.9_3.11_cpu", "latest_cpu"), id="sha256:" + "1" * 64)
     facts.update(changes)
-    return Flavour(**facts)
+    return Target(**facts)
 
 
 # --- registry names ---------------------------------------------------------------------------------------
@@ -244,7 +246,7 @@ class FakeEngine:
 
 
 @pytest.fixture
-def flavour() -> Flavour:
+def flavour() -> Target:
     return make_flavour()
 
 
@@ -253,11 +255,11 @@ def patch_engine(monkeypatch: pytest.MonkeyPatch, fake: FakeEngine) -> None:
         monkeypatch.setattr(engine, name, getattr(fake, name))
 
 
-def good_labels(flavour: Flavour) -> dict[str, str]:
+def good_labels(flavour: Target) -> dict[str, str]:
     return {names.FLAVOUR_ID_LABEL: flavour.id, **flavour.labels}
 
 
-def test_push_pushes_and_verifies_tag_then_aliases(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_push_pushes_and_verifies_tag_then_aliases(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     fake = FakeEngine({tag: DIGEST_A for tag in flavour.tags}, good_labels(flavour))
     patch_engine(monkeypatch, fake)
     registry, session = client([FakeResponse(200)] + [FakeResponse(200, {"Docker-Content-Digest": DIGEST_A})] * 3)
@@ -271,7 +273,7 @@ def test_push_pushes_and_verifies_tag_then_aliases(monkeypatch: pytest.MonkeyPat
     assert entry.ref == f"127.0.0.1:5999/xla-images@{DIGEST_A}" and entry.tags == flavour.tags
 
 
-def test_manifest_mismatch_stops_before_any_alias(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_manifest_mismatch_stops_before_any_alias(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     fake = FakeEngine({tag: DIGEST_A for tag in flavour.tags}, good_labels(flavour))
     patch_engine(monkeypatch, fake)
     registry, _ = client([FakeResponse(200), FakeResponse(200, {"Docker-Content-Digest": DIGEST_B})])
@@ -281,14 +283,14 @@ def test_manifest_mismatch_stops_before_any_alias(monkeypatch: pytest.MonkeyPatc
     assert [tag for kind, tag in fake.events if kind == "push"] == [flavour.tag]
 
 
-def test_manifest_missing_after_push_is_a_failure(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_manifest_missing_after_push_is_a_failure(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     patch_engine(monkeypatch, FakeEngine({flavour.tag: DIGEST_A}, good_labels(flavour)))
     registry, _ = client([FakeResponse(200), FakeResponse(404)])
     with pytest.raises(Failure, match="missing right after its push"):
         publish.push_flavour(flavour, registry.registry, registry, None)
 
 
-def test_alias_with_another_digest_fails(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_alias_with_another_digest_fails(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     digests = {flavour.tag: DIGEST_A, flavour.aliases[0]: DIGEST_B}
     patch_engine(monkeypatch, FakeEngine(digests, good_labels(flavour)))
     registry, _ = client([FakeResponse(200), FakeResponse(200, {"Docker-Content-Digest": DIGEST_A})])
@@ -296,7 +298,7 @@ def test_alias_with_another_digest_fails(monkeypatch: pytest.MonkeyPatch, flavou
         publish.push_flavour(flavour, registry.registry, registry, None)
 
 
-def test_registry_down_tags_nothing(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_registry_down_tags_nothing(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     fake = FakeEngine({}, good_labels(flavour))
     patch_engine(monkeypatch, fake)
     registry, _ = client([requests.ConnectionError("Connection refused")] * NO_WAIT.attempts)
@@ -305,7 +307,7 @@ def test_registry_down_tags_nothing(monkeypatch: pytest.MonkeyPatch, flavour: Fl
     assert fake.events == []
 
 
-def test_image_of_other_inputs_is_refused(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_image_of_other_inputs_is_refused(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     patch_engine(monkeypatch, FakeEngine({}, {names.FLAVOUR_ID_LABEL: "sha256:" + "9" * 64}))
     registry, _ = client([])
     with pytest.raises(Failure) as caught:
@@ -313,14 +315,14 @@ def test_image_of_other_inputs_is_refused(monkeypatch: pytest.MonkeyPatch, flavo
     assert caught.value.rule == "image-built" and "build.py build" in caught.value.render()
 
 
-def test_missing_image_is_refused(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_missing_image_is_refused(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     patch_engine(monkeypatch, FakeEngine({}, None))
     registry, _ = client([])
     with pytest.raises(Failure, match="not on this engine"):
         publish.push_flavour(flavour, registry.registry, registry, None)
 
 
-def test_engine_errors_quoting_the_password_are_redacted(monkeypatch: pytest.MonkeyPatch, flavour: Flavour) -> None:
+def test_engine_errors_quoting_the_password_are_redacted(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:
     fake = FakeEngine({}, good_labels(flavour), fail_on=flavour.tag, error_text=f"denied for ci:{SECRET}")
     patch_engine(monkeypatch, fake)
     credentials = Credentials("ci", SECRET)

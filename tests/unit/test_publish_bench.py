@@ -4,12 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from xla_images.model.flavour import Abi, Accelerator, Flavour, WheelSource
+from xla_images.model.flavour import Abi, Accelerator
+from xla_images.model.site import WheelSource
+from xla_images.model.target import Target
 from xla_images.run import bench, smoke_runner
 
 
-def flavour(tag_python: str = "3.11") -> Flavour:
-    return Flavour(torch_xla="2.9.0", torch="2.9.0", python=tag_python, abi=Abi.CXX11, accelerator=Accelerator.CPU,
+def flavour(tag_python: str = "3.11") -> Target:
+    return Target(torch_xla="2.9.0", torch="2.9.0", python=tag_python, abi=Abi.CXX11, accelerator=Accelerator.CPU,
                    libtpu=None, release_default_abi=Abi.CXX11, pytorch_git_rev="v2.9.1", xla_git_rev="v2.9.0",
                    wheel_source=WheelSource("default"), base_image="python:3.11-slim-bookworm",
                    declared_at="matrix.yaml:1")

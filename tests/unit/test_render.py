@@ -15,6 +15,7 @@ from xla_images.generate import render
 from xla_images.model import matrix
 from xla_images.model.flavour import Flavour
 from xla_images.model.site import load_site
+from xla_images.model.target import bind
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 GOLDEN_TAGS = ("r2.6.0_3.11_tpuvm", "r2.6.0_3.11_tpuvm_cxx11", "r2.9.0_3.11_tpuvm")
@@ -54,7 +55,7 @@ def update_golden() -> bool:
 
 def flavours_for(overrides: tuple[str, ...] = ()) -> list[Flavour]:
     site = load_site(None, overrides, root=Path("/nonexistent-site-root"))
-    return matrix.expand(yamlsrc.loads(FIXED_MATRIX, "fixed-matrix.yaml"), site)
+    return bind(matrix.expand(yamlsrc.loads(FIXED_MATRIX, "fixed-matrix.yaml")), site)
 
 
 @functools.lru_cache(maxsize=None)

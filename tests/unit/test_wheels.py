@@ -14,7 +14,7 @@ from xla_images import names
 from xla_images.errors import ConfigError, Failure
 from xla_images.generate import render
 from xla_images.generate.plan import Plan, load_plan
-from xla_images.model.flavour import WheelSource
+from xla_images.model.site import WheelSource
 from xla_images.run import wheels
 
 MATRIX = """\

@@ -14,7 +14,7 @@ from rich.table import Column, Table
 
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
-from ..model.flavour import Flavour
+from ..model.target import Target
 from ..run import base as bases, build as building, doctor as doctoring
 from .common import flavour_filters, in_ci, plan_options, select
 
@@ -151,10 +151,10 @@ class _PlainReporter:
         self.console = console
         self._lock = threading.Lock()
 
-    def state(self, flavour: Flavour, text: str) -> None:
+    def state(self, flavour: Target, text: str) -> None:
         self._say(f"[{flavour.tag}] {text}")
 
-    def line(self, flavour: Flavour, text: str) -> None:
+    def line(self, flavour: Target, text: str) -> None:
         pass
 
     def finished(self, result: building.FlavourResult) -> None:
@@ -183,16 +183,16 @@ class _LiveReporter:
         self._tasks: dict[str, TaskID] = {}
         self._lock = threading.Lock()
 
-    def _task(self, flavour: Flavour) -> TaskID:
+    def _task(self, flavour: Target) -> TaskID:
         with self._lock:
             if flavour.tag not in self._tasks:
                 self._tasks[flavour.tag] = self.progress.add_task("", tag=flavour.tag, total=None)
             return self._tasks[flavour.tag]
 
-    def state(self, flavour: Flavour, text: str) -> None:
+    def state(self, flavour: Target, text: str) -> None:
         self.progress.update(self._task(flavour), description=_shorten(text, 90))
 
-    def line(self, flavour: Flavour, text: str) -> None:
+    def line(self, flavour: Target, text: str) -> None:
         pass
 
     def finished(self, result: building.FlavourResult) -> None:

@@ -7,7 +7,7 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
-from ..model.flavour import Flavour
+from ..model.target import Target
 from ..names import TAG_LABEL, local_ref
 from ..run import sbom as sboms, wheels
 from .common import plan_options
@@ -17,7 +17,7 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
-def flavour_of(plan: Plan, name: str) -> Flavour | None:
+def flavour_of(plan: Plan, name: str) -> Target | None:
     """The plan's flavour named by a tag or alias, or whose tag the image's label names."""
     for flavour in plan.flavours:
         if name in flavour.tags:
@@ -25,7 +25,7 @@ def flavour_of(plan: Plan, name: str) -> Flavour | None:
     return None
 
 
-def image_sbom(plan: Plan, flavour: Flavour | None, image: str, subject: sboms.Subject) -> sboms.Sbom:
+def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: sboms.Subject) -> sboms.Sbom:
     """The SBOM of `image`, with the flavour's lock when it is one of the plan's flavours."""
     lock = None
     if flavour is not None and plan.lock_path(flavour).is_file():
@@ -77,7 +77,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
     _say(f"SBOM of {subject.ref}: {len(made.bom.components)} components, written to {output}")
 
 
-def write_report(plan: Plan, flavour: Flavour, image: str, directory: Path) -> Path:
+def write_report(plan: Plan, flavour: Target, image: str, directory: Path) -> Path:
     """reports/<tag>/sbom.cdx.json of a built image (what `build.py test` leaves beside checks.json)."""
     made = image_sbom(plan, flavour, image, sboms.local_subject(image))
     return sboms.write(made, directory / sboms.SBOM_NAME)

@@ -12,7 +12,7 @@ from rich.table import Table
 from .. import extras
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
-from ..model.flavour import Flavour
+from ..model.target import Target
 from ..names import REPORTS, local_ref
 from ..run import bench as benching, checks, smoke_runner
 from .common import flavour_filters, in_ci, plan_options, select
@@ -90,7 +90,7 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
                       hint=f"see {root}/<tag>/checks.json and smoke.json")
 
 
-def _built_image(flavour: Flavour) -> str:
+def _built_image(flavour: Target) -> str:
     from ..run import engine
 
     image = local_ref(flavour.tag)
@@ -104,7 +104,7 @@ def _fmt(value: Any, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def _print_table(rows: list[tuple[Flavour, checks.ChecksResult, smoke_runner.SmokeResult | None]]) -> None:
+def _print_table(rows: list[tuple[Target, checks.ChecksResult, smoke_runner.SmokeResult | None]]) -> None:
     table = Table("flavour", "checks pass/fail/skip", "checks s", "smoke pass/fail/skip", "smoke s",
                   "compile loop/scan", "trace steps/s", "result")
     for flavour, checked, smoked in rows:

@@ -23,8 +23,8 @@ import jinja2
 
 from .. import names, resources
 from ..errors import ConfigError, Failure
-from ..model.flavour import Flavour
 from ..model.site import load_site
+from ..model.target import Target
 from ..names import GENERATED_MARK, RUNTIME_STAGE
 from .plan import Plan
 
@@ -97,7 +97,7 @@ def bake_config(plan: Plan) -> dict[str, Any]:
     }
 
 
-def bake_target_name(flavour: Flavour) -> str:
+def bake_target_name(flavour: Target) -> str:
     return flavour.tag.replace(".", "_")
 
 
@@ -105,7 +105,7 @@ def bake_group_name(word: str) -> str:
     return word.replace(".", "_")
 
 
-def bake_groups(flavours: list[Flavour]) -> dict[str, dict[str, list[str]]]:
+def bake_groups(flavours: list[Target]) -> dict[str, dict[str, list[str]]]:
     """`default` = all; `r2_9` per release (`docker buildx bake r2.9` works); `cxx11`/`pre-cxx11`; `tpu`/`cpu`."""
     members: dict[str, list[str]] = {"default": [bake_target_name(flavour) for flavour in flavours]}
     facets = (
@@ -120,7 +120,7 @@ def bake_groups(flavours: list[Flavour]) -> dict[str, dict[str, list[str]]]:
     return {group: {"targets": names} for group, names in members.items()}
 
 
-def bake_override(plan: Plan, flavours: list[Flavour], contexts: Path, base_images: dict[str, str],
+def bake_override(plan: Plan, flavours: list[Target], contexts: Path, base_images: dict[str, str],
                   secrets: dict[str, dict[str, Path]] | None = None) -> str:
     """The uncommitted second bake file: this site's registry, the contexts directory, per-target build args
     and BuildKit secrets (the pip settings and CA bundle `ci bake --contexts` wrote beside each context)."""
@@ -145,8 +145,8 @@ def bake_override(plan: Plan, flavours: list[Flavour], contexts: Path, base_imag
     return json.dumps(override, indent=2) + "\n"
 
 
-def assemble_bake_contexts(plan: Plan, flavours: list[Flavour], contexts: Path,
-                           choose_base: Callable[[Flavour], str] | None = None) -> Path:
+def assemble_bake_contexts(plan: Plan, flavours: list[Target], contexts: Path,
+                           choose_base: Callable[[Target], str] | None = None) -> Path:
     """Write each flavour's build context to `contexts/<tag>/` and the override file; return its path.
 
     The contexts are exactly what `build` gives the engine (build.write_context), so bake builds the same image
@@ -179,8 +179,8 @@ def assemble_bake_contexts(plan: Plan, flavours: list[Flavour], contexts: Path,
     return override
 
 
-def _replace_context(plan: Plan, flavour: Flavour, target: Path,
-                     write_context: Callable[[Plan, Flavour, Path], list[str]]) -> None:
+def _replace_context(plan: Plan, flavour: Target, target: Path,
+                     write_context: Callable[[Plan, Target, Path], list[str]]) -> None:
     """Assemble next to `target`, then swap: an interrupted run never leaves half a context under its name."""
     if target.exists() and not (target / "Dockerfile").is_file():
         raise ConfigError(f"{target} exists and is not a build context", rule="bake-contexts",
@@ -228,7 +228,7 @@ def write_files(plan: Plan, files: dict[Path, str]) -> list[Path]:
     return written
 
 
-def _bake_target(flavour: Flavour) -> dict[str, Any]:
+def _bake_target(flavour: Target) -> dict[str, Any]:
     return {
         "description": _bake_literal(flavour.labels["org.opencontainers.image.description"]),
         "context": f"${{CONTEXTS}}/{flavour.tag}",
@@ -244,7 +244,7 @@ def _bake_literal(value: str) -> str:
     return value.replace("${", "$${").replace("%{", "%%{")
 
 
-def _check_unique_names(flavours: list[Flavour], targets: dict[str, Any]) -> None:
+def _check_unique_names(flavours: list[Target], targets: dict[str, Any]) -> None:
     if len(targets) == len(flavours):
         return
     seen: dict[str, str] = {}

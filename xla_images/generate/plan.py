@@ -1,21 +1,20 @@
-"""The plan: site settings + validated flavours + their rendered files + content-addressed ids.
+"""The plan: site settings + the matrix's flavours bound to the site (Targets) + their rendered files + ids.
 
-Every command starts here. The id of a flavour hashes everything that goes into its image: the flavour's
-facts, its base image and wheel source, its rendered files, its committed lock and the smoke suite. The
-build skips a flavour whose image already carries that id.
+Every command starts here. The id of a target hashes everything that goes into its image (target.content_id):
+its facts, base image and wheel source, its rendered files, its committed lock, the smoke suite and the layer
+split script. The build skips a flavour whose image already carries that id.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import layers, resources
 from ..model import matrix
-from ..model.flavour import Flavour
 from ..model.site import Site, load_site
+from ..model.target import Target, bind, content_id
 from ..names import DOCKERFILES, LOCK_NAME
 from ..run import nightly
 from ..userfiles import resolve_path
@@ -27,7 +26,8 @@ class Plan:
     root: Path
     matrix_path: Path
     site: Site
-    flavours: tuple[Flavour, ...]
+    # The matrix's flavours as this site builds them, in matrix order.
+    flavours: tuple[Target, ...]
     # tag -> file name -> content, as `render` writes them under Dockerfiles/<tag>/
     rendered: dict[str, dict[str, str]]
 
@@ -42,7 +42,7 @@ class Plan:
         """The smoke suite that ships with xla-images (not the project's: a plain install has none)."""
         return resources.smoke_dir()
 
-    def select(self, names: tuple[str, ...] = (), **filters: str | None) -> list[Flavour]:
+    def select(self, names: tuple[str, ...] = (), **filters: str | None) -> list[Target]:
         return matrix.select(list(self.flavours), names, **filters)
 
 
@@ -51,34 +51,20 @@ def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple
     root = resolve_path(matrix_path).parent  # a symlink loop is a ConfigError, not a RuntimeError
     site = load_site(site_path, overrides, root=root)
     # A nightly's lock names the night it installs: its versions, dated tag and labels come from there.
-    flavours = nightly.pin_from_locks(matrix.load_flavours(matrix_path, site), root)
-    rendered = {flavour.tag: render.render_flavour(flavour) for flavour in flavours}
+    # Bound first: a nightly's wheel source is chosen by its release's version, not by the night it pins.
+    targets = nightly.pin_from_locks(bind(matrix.load_flavours(matrix_path), site), root)
+    rendered = {target.tag: render.render_flavour(target) for target in targets}
     smoke_digest = _tree_digest(resources.smoke_dir())
+    split_layers_digest = hashlib.sha256(Path(layers.__file__).read_bytes()).hexdigest()
     with_ids = tuple(
         dataclasses.replace(
-            flavour,
-            id=_flavour_id(flavour, rendered[flavour.tag], _read(root / DOCKERFILES / flavour.tag / LOCK_NAME),
-                           smoke_digest),
+            target,
+            id=content_id(target, rendered[target.tag], _read(root / DOCKERFILES / target.tag / LOCK_NAME),
+                          smoke_digest, split_layers_digest),
         )
-        for flavour in flavours
+        for target in targets
     )
     return Plan(root, matrix_path, site, with_ids, rendered)
-
-
-def _flavour_id(flavour: Flavour, files: dict[str, str], lock: str, smoke_digest: str) -> str:
-    facts = flavour.to_json()
-    facts.pop("id")
-    facts["wheel_source"] = flavour.wheel_source.to_json()
-    payload = {
-        "facts": facts,
-        "files": files,
-        "lock": lock,
-        "smoke": smoke_digest,
-        # The wheels stage runs it: a change to how layers are split is a change to the image.
-        "split_layers": hashlib.sha256(Path(layers.__file__).read_bytes()).hexdigest(),
-    }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-    return f"sha256:{digest}"
 
 
 def _tree_digest(directory: Path) -> str:

@@ -1,15 +1,17 @@
-"""A flavour: one image to build, with every fact about it computed once, here.
+"""A flavour: one image the matrix declares, with every fact about it computed once, here.
 
-Nobody else derives a tag, an ABI flag, a label or a requirement line from strings: they read them off
-the Flavour. matrix.py creates Flavours; plan.py fills in the content-addressed id after rendering.
+Nobody else derives a tag, an ABI flag, a label or an environment variable from strings: they read them off the
+Flavour. A Flavour holds matrix facts only, the same on every site; matrix.py creates them. What a site adds
+(wheel source, base image, and so the requirement pins and the content-addressed id) is a Target (target.py).
 """
 from __future__ import annotations
 
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from ..errors import Location
 from ..names import ENV_PREFIX, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
 
 
@@ -63,35 +65,6 @@ class Accelerator(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-@dataclass(frozen=True)
-class WheelSource:
-    """Where a flavour's wheels come from: pip's default index unless told otherwise."""
-
-    name: str
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    wheelhouse: str | None = None
-    # The local version label the source's wheels carry (upstream: `+cxx11` for 2.6 C++11 builds).
-    torch_local: str = ""
-    torch_xla_local: str = ""
-
-    @property
-    def uses_default_index(self) -> bool:
-        return self.index_url is None and self.wheelhouse is None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "index_url": self.index_url,
-            "extra_index_urls": list(self.extra_index_urls),
-            "find_links": list(self.find_links),
-            "wheelhouse": self.wheelhouse,
-            "torch_local": self.torch_local,
-            "torch_xla_local": self.torch_xla_local,
-        }
 
 
 def default_base_image(python: str) -> str:
@@ -204,17 +177,17 @@ class Flavour:
     release_default_abi: Abi
     pytorch_git_rev: str
     xla_git_rev: str
-    wheel_source: WheelSource
-    base_image: str
-    declared_at: str
+    declared_at: str  # the release in matrix.yaml (file:line)
     aliases: tuple[str, ...] = ()
-    # Filled by plan.py once the flavour's files are rendered (hash of inputs and rendered files).
-    id: str = ""
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
     channel: Channel = Channel.RELEASE
     # Nightly flavours: the release the dev builds lead up to (`2.10.0`). torch/torch_xla hold that version
     # until the lock pins one night's builds; then they hold the exact locked versions (`with_nightly`).
     nightly_base: str = ""
+    # Where the rules that need the site point (target.bind): the release's `abis` and `channel` lines, or the
+    # release itself when it inherits them.
+    abis_declared_at: Location | None = None
+    channel_declared_at: Location | None = None
 
     @property
     def tag(self) -> str:
@@ -267,37 +240,6 @@ class Flavour:
         return self.wheel_build.local_version
 
     @property
-    def requirements(self) -> tuple[str, ...]:
-        """Top-level pins installed into the image, in order.
-
-        A nightly asks for any dev build of its base release: the lock picks the newest night, and these
-        stay the same from night to night, so a lock is stale only when the matrix or site changed.
-        """
-        source = self.wheel_source
-        if self.is_nightly:
-            pins = [f"torch{nightly_specifier(self.nightly_base)}",
-                    f"torch_xla{nightly_specifier(self.nightly_base)}"]
-        else:
-            pins = [f"torch=={self.torch}{source.torch_local}",
-                    f"torch_xla=={self.torch_xla}{source.torch_xla_local}"]
-        if self.libtpu:
-            # libtpu is pinned explicitly: the 2.6 `[tpu]` extra wants a nightly from a host we cannot reach.
-            pins.append(f"libtpu=={self.libtpu}")
-        return tuple(pins)
-
-    @property
-    def pinned_versions(self) -> dict[str, str]:
-        """The exact version of each top-level package the image must hold (what the image checks compare)."""
-        source = self.wheel_source
-        if self.is_nightly:
-            versions = {"torch": self.torch, "torch_xla": self.torch_xla}
-        else:
-            versions = {"torch": self.torch + source.torch_local, "torch_xla": self.torch_xla + source.torch_xla_local}
-        if self.libtpu:
-            versions["libtpu"] = self.libtpu
-        return versions
-
-    @property
     def env(self) -> dict[str, str]:
         """Environment baked into the image; the smoke suite reads its expectations from here."""
         env = self._release_env
@@ -345,6 +287,12 @@ class Flavour:
         labels.update(dict(self.extra_labels))
         return labels
 
+    @property
+    def filter_facts(self) -> dict[str, str]:
+        """The facts `list`, `build` and `resolve` select flavours by (`facts_match`)."""
+        return {"abi": self.abi.value, "python": self.python, "torch_xla": self.torch_xla,
+                "accelerator": self.accelerator.value}
+
     def matches(
         self,
         *,
@@ -354,42 +302,26 @@ class Flavour:
         accelerator: str | None = None,
     ) -> bool:
         """Filter used by list/build/resolve. `torch_xla` may be a prefix such as `2.9` (matches 2.9.x)."""
-        if abi is not None and self.abi.value != abi:
-            return False
-        if python is not None and self.python != python:
-            return False
-        if accelerator is not None and self.accelerator.value != accelerator:
-            return False
-        if torch_xla is not None and not _version_prefix_matches(self.torch_xla, torch_xla):
-            return False
-        return True
+        return facts_match(self.filter_facts,
+                           {"abi": abi, "python": python, "torch_xla": torch_xla, "accelerator": accelerator})
 
-    def to_json(self) -> dict[str, Any]:
-        """The `list --json` contract: CI and scripts rely on these keys."""
-        facts = {
-            "tag": self.tag,
-            "aliases": list(self.aliases),
-            "torch_xla": self.torch_xla,
-            "torch": self.torch,
-            "python": self.python,
-            "abi": self.abi.value,
-            "accelerator": self.accelerator.value,
-            "libtpu": self.libtpu,
-            "id": self.id,
-            "release": self.release_minor,
-            "default_abi": self.is_default_abi,
-            "pytorch_git_rev": self.pytorch_git_rev,
-            "xla_git_rev": self.xla_git_rev,
-            "base_image": self.base_image,
-            "wheel_source": self.wheel_source.name,
-            "requirements": list(self.requirements),
-            "labels": self.labels,
-        }
-        if self.is_nightly:
-            # Only nightlies carry these keys, so release flavours keep their ids (the id hashes these facts).
-            facts.update({"channel": self.channel.value, "nightly_base": self.nightly_base,
-                          "nightly_date": self.nightly_date})
-        return facts
+
+def facts_match(facts: Mapping[str, Any], filters: Mapping[str, str | None]) -> bool:
+    """Whether flavour facts pass the filters: a Flavour's, or the ones a published.json entry recorded.
+
+    A filter that is None is no filter; `torch_xla` may be a prefix such as `2.9` (matches 2.9.x); every other
+    fact must equal the filter as text.
+    """
+    for key, wanted in filters.items():
+        if wanted is None:
+            continue
+        value = str(facts.get(key))
+        if key == "torch_xla":
+            if not _version_prefix_matches(value, wanted):
+                return False
+        elif value != wanted:
+            return False
+    return True
 
 
 def _version_prefix_matches(version: str, wanted: str) -> bool:

@@ -1,18 +1,17 @@
-"""matrix.yaml -> validated Flavours.
+"""matrix.yaml -> validated Flavours, the same on every site (no site settings needed).
 
 Validation collects every error in one pass (file:line, the rule broken, how to fix it) before anything is
-rendered or built. Rules, by id:
+rendered or built. Rules, by id (the two that need the site, abi-wheel-source and nightly-wheel-source, are
+checked when target.bind binds the flavours to a site):
 
   schema-*          unknown keys, wrong types, missing fields, unsupported schema version
   version-format    torch_xla/torch/libtpu are X.Y.Z[...], pythons are X.Y
   python-supported  a release builds only pythons in its python_support range
   torch-pin         torch's major.minor equals torch_xla's (upstream pins them together)
   libtpu-pin        a release with tpu flavours pins libtpu exactly
-  abi-wheel-source  some wheel source serves the flavour's ABI (C++11 only from 2.7 unless one does)
   exclude-matches   every exclude removes at least one flavour
   unique-tag        no two flavours share a tag, and no alias is another flavour's tag
   nightly-unique    at most one release has `channel: nightly` (its tags carry no version)
-  nightly-wheel-source  a nightly release needs a site wheel source with `match: {channel: nightly}`
   git-rev           pytorch_git_rev/xla_git_rev are git tags, branches or commits (no spaces or shell syntax)
   abi-default       a release's default_abi is one of the abis it builds
   latest-python     defaults.latest_python is a python some release builds (or `none`: nothing carries latest)
@@ -24,16 +23,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from .. import yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
-from .flavour import (WHEEL_BUILD_SCRIPT, Abi, Accelerator, Channel, Flavour, abi_suffix, default_base_image,
-                      make_tag_prefix, minor)
-from .site import Site
+from .flavour import Abi, Accelerator, Channel, Flavour, abi_suffix, make_tag_prefix, minor
 
 SCHEMA_VERSION = 1
 TOP_KEYS = {"schema", "defaults", "releases", "exclude"}
@@ -54,6 +51,7 @@ MAX_FLAVOURS = 2000
 NO_LATEST = "none"
 MAX_EXCLUDES = 500
 KeyPath = tuple[str | int, ...]
+AnyFlavour = TypeVar("AnyFlavour", bound=Flavour)  # select() gives back what it is given: Flavours or Targets
 
 
 @dataclass(frozen=True)
@@ -89,13 +87,13 @@ class _Collector:
             raise ErrorList(self.errors)
 
 
-def load_flavours(matrix_path: Path, site: Site) -> list[Flavour]:
+def load_flavours(matrix_path: Path) -> list[Flavour]:
     """Parse, validate and expand the matrix. Raises ConfigError/ErrorList listing every problem."""
     doc = yamlsrc.load(matrix_path)
-    return expand(doc, site)
+    return expand(doc)
 
 
-def expand(doc: yamlsrc.YamlDoc, site: Site) -> list[Flavour]:
+def expand(doc: yamlsrc.YamlDoc) -> list[Flavour]:
     errors = _Collector(doc)
     data = doc.data
     if not isinstance(data, dict):
@@ -111,7 +109,7 @@ def expand(doc: yamlsrc.YamlDoc, site: Site) -> list[Flavour]:
     _check_latest_python(errors, data.get("defaults", {}), defaults, releases)
     _check_size(errors, releases, excludes)
     errors.raise_if_any()
-    flavours = _flavours(errors, releases, excludes, site)
+    flavours = _flavours(errors, releases, excludes)
     errors.raise_if_any()
     flavours = _with_aliases(flavours, str(defaults["latest_python"]))
     _check_unique_tags(errors, flavours)
@@ -415,8 +413,8 @@ def _excludes(errors: _Collector, value: Any) -> list[tuple[KeyPath, dict[str, s
 
 # --- expansion --------------------------------------------------------------------------------------------
 
-def _flavours(errors: _Collector, releases: list[Release], excludes: list[tuple[KeyPath, dict[str, str]]],
-              site: Site) -> list[Flavour]:
+def _flavours(errors: _Collector, releases: list[Release],
+              excludes: list[tuple[KeyPath, dict[str, str]]]) -> list[Flavour]:
     used = [False] * len(excludes)
     flavours = []
     for release in releases:
@@ -429,9 +427,7 @@ def _flavours(errors: _Collector, releases: list[Release], excludes: list[tuple[
                     if hit is not None:
                         used[hit] = True
                         continue
-                    flavour = _flavour(errors, release, python, accelerator, abi, site)
-                    if flavour is not None:
-                        flavours.append(flavour)
+                    flavours.append(_flavour(errors.doc, release, python, accelerator, abi))
     for (keys, entry), was_used in zip(excludes, used):
         if not was_used:
             errors.error(keys, f"exclude {entry} matches no flavour", "exclude-matches",
@@ -446,28 +442,8 @@ def _excluded(facts: dict[str, str], excludes: list[tuple[KeyPath, dict[str, str
     return None
 
 
-def _flavour(errors: _Collector, release: Release, python: str, accelerator: Accelerator, abi: Abi,
-             site: Site) -> Flavour | None:
+def _flavour(doc: yamlsrc.YamlDoc, release: Release, python: str, accelerator: Accelerator, abi: Abi) -> Flavour:
     keys: KeyPath = ("releases", release.torch_xla)
-    rule = site.wheel_source_for(release.torch_xla, abi, release.channel)
-    if rule is None and release.channel is Channel.NIGHTLY:
-        errors.error(keys + ("channel",), f"no configured wheel source serves nightly {abi.title} builds of "
-                     f"torch_xla {release.torch_xla} (PyPI has no torch_xla nightlies)", "nightly-wheel-source",
-                     "add a site.yaml wheel_sources entry with match {channel: nightly"
-                     f", abi: {abi.value}}} and a find_links, index_url or wheelhouse holding "
-                     f"torch/torch_xla {release.torch_xla}.devYYYYMMDD wheels")
-        return None
-    if rule is None:
-        cxx11_only = abi is Abi.PRE_CXX11 and Version(release.torch_xla) >= Version("2.7")
-        why = (f"torch_xla {release.torch_xla} is published C++11-only from 2.7"
-               if cxx11_only else f"no configured wheel source serves {abi.title} torch_xla {release.torch_xla}")
-        errors.error(keys + ("abis",), f"{why}; no wheel source provides {abi.title} wheels for it",
-                     "abi-wheel-source",
-                     f"remove {abi.value} from releases.{release.torch_xla}.abis, or add a site.yaml wheel_sources "
-                     f"entry with match {{torch_xla: \"=={release.torch_xla}\", abi: {abi.value}}} pointing at "
-                     f"wheels of that ABI (e.g. a wheelhouse filled by {WHEEL_BUILD_SCRIPT})")
-        return None
-    base = site.bases.get(python) or default_base_image(python)
     return Flavour(
         torch_xla=release.torch_xla,
         torch=release.torch,
@@ -478,11 +454,11 @@ def _flavour(errors: _Collector, release: Release, python: str, accelerator: Acc
         release_default_abi=release.default_abi,
         pytorch_git_rev=release.pytorch_git_rev,
         xla_git_rev=release.xla_git_rev,
-        wheel_source=rule.source,
-        base_image=base,
         declared_at=str(release.declared_at),
         channel=release.channel,
         nightly_base=release.torch_xla if release.channel is Channel.NIGHTLY else "",
+        abis_declared_at=doc.loc(keys + ("abis",)),
+        channel_declared_at=doc.loc(keys + ("channel",)),
     )
 
 
@@ -523,7 +499,7 @@ def _check_unique_tags(errors: _Collector, flavours: list[Flavour]) -> None:
             owner[name] = flavour
 
 
-def select(flavours: list[Flavour], names: tuple[str, ...] = (), **filters: str | None) -> list[Flavour]:
+def select(flavours: list[AnyFlavour], names: tuple[str, ...] = (), **filters: str | None) -> list[AnyFlavour]:
     """Flavours named by tag or alias (all when none named), then narrowed by property filters."""
     chosen = flavours
     if names:
@@ -532,7 +508,7 @@ def select(flavours: list[Flavour], names: tuple[str, ...] = (), **filters: str 
         if unknown:
             raise ConfigError(f"unknown flavour(s): {', '.join(unknown)}", rule="flavour-exists",
                               hint="`build.py list` shows every tag and alias")
-        seen: dict[str, Flavour] = {}
+        seen: dict[str, AnyFlavour] = {}
         for name in names:
             seen.setdefault(by_name[name].tag, by_name[name])
         chosen = list(seen.values())

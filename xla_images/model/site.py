@@ -15,7 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from .. import resources, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
-from .flavour import Abi, Channel, WheelSource
+from .flavour import Abi, Channel
 
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
@@ -31,6 +31,35 @@ SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
 BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
 URL = re.compile(r"(https?|file)://\S+", re.ASCII)
+
+
+@dataclass(frozen=True)
+class WheelSource:
+    """Where a flavour's wheels come from: pip's default index unless told otherwise."""
+
+    name: str
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    wheelhouse: str | None = None
+    # The local version label the source's wheels carry (upstream: `+cxx11` for 2.6 C++11 builds).
+    torch_local: str = ""
+    torch_xla_local: str = ""
+
+    @property
+    def uses_default_index(self) -> bool:
+        return self.index_url is None and self.wheelhouse is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "index_url": self.index_url,
+            "extra_index_urls": list(self.extra_index_urls),
+            "find_links": list(self.find_links),
+            "wheelhouse": self.wheelhouse,
+            "torch_local": self.torch_local,
+            "torch_xla_local": self.torch_xla_local,
+        }
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Protocol
 from .. import diskio, layers, names
 from ..errors import Failure
 from ..generate.plan import Plan
-from ..model.flavour import Flavour
+from ..model.target import Target
 from ..names import BASE_STAGE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, local_ref
 from . import base as bases, engine, locks, wheels
 
@@ -42,7 +42,7 @@ BUILD_LOG = "build.log"
 KEEP_FILE = ".keep"
 
 
-def built_image_id(flavour: Flavour) -> str | None:
+def built_image_id(flavour: Target) -> str | None:
     """The id of `xla-images:<tag>` if it was built from exactly this flavour's inputs, else None."""
     attrs = engine.image_inspect(local_ref(flavour.tag))
     if attrs is None:
@@ -61,7 +61,7 @@ class Outcome(str, enum.Enum):
 
 @dataclass
 class FlavourResult:
-    flavour: Flavour
+    flavour: Target
     outcome: Outcome = Outcome.NOT_STARTED
     seconds: float = 0.0
     image_id: str | None = None
@@ -88,9 +88,9 @@ class BuildOptions:
 class Reporter(Protocol):
     """The display: a live table on a terminal, plain lines in CI. Called from worker threads."""
 
-    def state(self, flavour: Flavour, text: str) -> None: ...
+    def state(self, flavour: Target, text: str) -> None: ...
 
-    def line(self, flavour: Flavour, text: str) -> None: ...
+    def line(self, flavour: Target, text: str) -> None: ...
 
     def finished(self, result: FlavourResult) -> None: ...
 
@@ -106,7 +106,7 @@ class BaseResolver:
         self._chosen: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def resolve(self, flavour: Flavour) -> str:
+    def resolve(self, flavour: Target) -> str:
         with self._lock:
             if flavour.python not in self._chosen:
                 self._chosen[flavour.python] = choose_base(flavour.python, flavour.base_image)
@@ -135,7 +135,7 @@ def choose_base(python: str, site_base: str) -> str:
 
 # --- the build context --------------------------------------------------------------------------------------
 
-def check_lock(plan: Plan, flavour: Flavour) -> None:
+def check_lock(plan: Plan, flavour: Target) -> None:
     status = wheels.lock_status(plan, flavour)
     if status.state is wheels.LockState.FRESH:
         return
@@ -155,7 +155,7 @@ def secrets_dir_for(context: Path) -> Path:
     return context.with_name(context.name + SECRETS_SUFFIX)
 
 
-def write_context(plan: Plan, flavour: Flavour, directory: Path, wheelhouse: Path | None = None) -> list[str]:
+def write_context(plan: Plan, flavour: Target, directory: Path, wheelhouse: Path | None = None) -> list[str]:
     """Write a flavour's build context into `directory` and its secrets beside it; return notes for the log.
 
     The context: `Dockerfile` (the rendered one), `requirements.lock`, `split_layers.py` (xla_images/layers.py),
@@ -241,7 +241,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 # --- one run of `build` -------------------------------------------------------------------------------------
 
-def build_flavours(plan: Plan, flavours: list[Flavour], options: BuildOptions,
+def build_flavours(plan: Plan, flavours: list[Target], options: BuildOptions,
                    reporter: Reporter) -> list[FlavourResult]:
     """Build `flavours` (`options.jobs` at a time); return a result per flavour, in order.
 
@@ -277,10 +277,10 @@ class _Run:
     base_stages_built: set[tuple[str, str]] = field(default_factory=set)
     buildkit: bool = True
 
-    def execute(self, flavours: list[Flavour]) -> list[FlavourResult]:
+    def execute(self, flavours: list[Target]) -> list[FlavourResult]:
         engine.client()  # fail early, with the hint, when no engine answers
         self.buildkit = engine.use_buildkit()
-        todo: queue.Queue[Flavour] = queue.Queue()
+        todo: queue.Queue[Target] = queue.Queue()
         for flavour in flavours:
             self.results[flavour.tag] = FlavourResult(flavour, log=self._log_path(flavour))
             if self._up_to_date(flavour):
@@ -301,7 +301,7 @@ class _Run:
             self._clean_up()
         return [self.results[flavour.tag] for flavour in flavours]
 
-    def _up_to_date(self, flavour: Flavour) -> bool:
+    def _up_to_date(self, flavour: Target) -> bool:
         if self.options.force:
             return False
         image_id = built_image_id(flavour)
@@ -315,7 +315,7 @@ class _Run:
         self.reporter.finished(result)
         return True
 
-    def _work(self, todo: queue.Queue[Flavour]) -> None:
+    def _work(self, todo: queue.Queue[Target]) -> None:
         while not self.stop.is_set():
             try:
                 flavour = todo.get_nowait()
@@ -336,7 +336,7 @@ class _Run:
             if result.outcome is Outcome.FAILED and not self.options.keep_going:
                 self.stop.set()  # let builds in flight finish; start no new one
 
-    def _build_one(self, flavour: Flavour) -> FlavourResult:
+    def _build_one(self, flavour: Target) -> FlavourResult:
         result = self.results[flavour.tag]
         started = time.monotonic()
         log_path = self._log_path(flavour)
@@ -358,7 +358,7 @@ class _Run:
             say(f"{result.outcome.value} in {result.seconds:.1f} s")
         return result
 
-    def _build_and_tag(self, flavour: Flavour, result: FlavourResult, say) -> str:
+    def _build_and_tag(self, flavour: Target, result: FlavourResult, say) -> str:
         self.reporter.state(flavour, "preparing")
         check_lock(self.plan, flavour)
         base = self.bases.resolve(flavour)
@@ -395,7 +395,7 @@ class _Run:
         say(f"tagged {', '.join(local_ref(name) for name in flavour.tags)} -> {image_id[7:19]}")
         return image_id
 
-    def _build_base_stage(self, flavour: Flavour, base: str, dockerfile: Path, say) -> None:
+    def _build_base_stage(self, flavour: Target, base: str, dockerfile: Path, say) -> None:
         """Build the `base` stage once per python and base before any flavour of it goes on.
 
         Its layers are then in the cache for every flavour of that python, so they all share them. Without
@@ -416,7 +416,7 @@ class _Run:
                 self._run(flavour, stage, say)
             self.base_stages_built.add(key)
 
-    def _run(self, flavour: Flavour, build: engine.StreamingBuild | engine.BuildKitBuild, say) -> str:
+    def _run(self, flavour: Target, build: engine.StreamingBuild | engine.BuildKitBuild, say) -> str:
         with self.lock:
             if self.interrupted.is_set():
                 raise engine.BuildAborted()
@@ -428,7 +428,7 @@ class _Run:
             with self.lock:
                 self.active.pop(flavour.tag, None)
 
-    def _on_build_line(self, flavour: Flavour, line: str, say) -> None:
+    def _on_build_line(self, flavour: Target, line: str, say) -> None:
         say(line)
         step = engine.buildkit_step(line)
         if step is not None or line.startswith("Step "):
@@ -457,12 +457,12 @@ class _Run:
         except KeyboardInterrupt:
             self.removed = engine.remove_build_leftovers(self.traces, keep)  # impatient twice: finish anyway
 
-    def _log_path(self, flavour: Flavour) -> Path:
+    def _log_path(self, flavour: Target) -> Path:
         reports = self.options.reports_dir or self.plan.root / REPORTS
         return reports / flavour.tag / BUILD_LOG
 
 
-def _tag(flavour: Flavour, image_id: str) -> None:
+def _tag(flavour: Target, image_id: str) -> None:
     """Point the flavour's names at the new image; an image they leave with no name at all is removed
     (a rebuild must not pile up 8 GB orphans). One still used by a container stays."""
     replaced = set()
@@ -475,7 +475,7 @@ def _tag(flavour: Flavour, image_id: str) -> None:
         engine.remove_if_unnamed(old)
 
 
-def _tag_aliases(flavour: Flavour, image_id: str) -> None:
+def _tag_aliases(flavour: Target, image_id: str) -> None:
     """An up-to-date image still gets aliases that moved to it (e.g. `latest` after a new release)."""
     for name in flavour.aliases:
         attrs = engine.image_inspect(local_ref(name))

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator
 
 from .. import diskio
-from ..model.flavour import Flavour
+from ..model.target import Target
 from ..names import VENV
 
 TEST_MODULE = Path(__file__).with_name("image_checks") / "test_image.py"
@@ -48,7 +48,7 @@ TAR_MAGIC_OFFSET = 257
 class CheckTarget:
     """What the pytest module checks; handed to it through a plugin fixture."""
 
-    flavour: Flavour
+    flavour: Target
     image: str
     ca_bundle: Path | None
     tpu: bool = False

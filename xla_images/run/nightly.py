@@ -3,7 +3,7 @@
 A release in matrix.yaml with `channel: nightly` asks for any dev build of its version (`2.10.0.dev*`); `lock`
 resolves the newest one the site's nightly wheel source holds and writes it into the flavour's lock. The lock is
 the one record of which night a flavour is: `pin_from_locks` (called by the plan, before rendering) reads the
-locked torch/torch_xla versions back into the Flavour, which then carries the dated tag, labels and env.
+locked torch/torch_xla versions back into the Target, which then carries the dated tag, labels and env.
 
 Upstream once shipped a `nightly` image whose torch_xla was weeks old (pytorch/xla#8475). So before anything is
 pushed, `verify_image` imports torch and torch_xla inside the image and compares their `__version__` and
@@ -19,7 +19,8 @@ from typing import Iterable
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ConfigError, Failure, Location
-from ..model.flavour import Flavour, dev_base, dev_date
+from ..model.flavour import dev_base, dev_date
+from ..model.target import Target
 from ..names import DOCKERFILES, LABEL_PREFIX, LOCK_NAME
 from .wheels import parse_lock
 
@@ -35,13 +36,13 @@ PROBE = (
 
 # --- pinning a night from the lock -----------------------------------------------------------------------
 
-def pin_from_locks(flavours: Iterable[Flavour], root: Path) -> list[Flavour]:
+def pin_from_locks(flavours: Iterable[Target], root: Path) -> list[Target]:
     """Nightly flavours with a lock get that night's versions; the others are returned as they are."""
     return [pin_from_lock(flavour, root / DOCKERFILES / flavour.tag / LOCK_NAME) if flavour.is_nightly
             else flavour for flavour in flavours]
 
 
-def pin_from_lock(flavour: Flavour, path: Path) -> Flavour:
+def pin_from_lock(flavour: Target, path: Path) -> Target:
     if not path.is_file():
         return flavour  # unpinned: `lock` will choose the night; build refuses it until then (no fresh lock)
     text = path.read_text(encoding="utf-8")
@@ -80,7 +81,7 @@ class Found:
     torch_xla_dist: str
 
 
-def mismatches(flavour: Flavour, labels: dict[str, str], found: Found) -> list[str]:
+def mismatches(flavour: Target, labels: dict[str, str], found: Found) -> list[str]:
     """Every way the image's torch/torch_xla differ from its labels and the flavour's dated tag."""
     problems = []
     date = flavour.nightly_date
@@ -132,7 +133,7 @@ def probe(image: str) -> Found:
                       rule="nightly-versions", hint="the image must import torch and torch_xla") from None
 
 
-def verify_image(flavour: Flavour, image: str) -> None:
+def verify_image(flavour: Target, image: str) -> None:
     """Refuse a nightly image whose torch/torch_xla are not the night its tag and labels name."""
     if not flavour.is_nightly:
         return

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import Failure
-from ..model.flavour import Flavour
+from ..model.target import Target
 from .publish import Published, Registry, RegistryClient, read_published, record_published
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
@@ -58,7 +58,7 @@ class Transfer:
 
 @dataclass(frozen=True)
 class SourceImage:
-    flavour: Flavour
+    flavour: Target
     digest: str
     manifest: bytes
     media_type: str
@@ -76,7 +76,7 @@ class Promoted:
 
 # --- the source ------------------------------------------------------------------------------------------
 
-def find_at_source(flavours: list[Flavour], source: RegistryClient) -> list[SourceImage]:
+def find_at_source(flavours: list[Target], source: RegistryClient) -> list[SourceImage]:
     """Every tag of every flavour at the source, agreeing on one digest; a Failure naming all that is missing."""
     source.check_reachable()
     found, missing = [], []
@@ -233,7 +233,7 @@ def copy_image(image: SourceImage, copier: BlobCopier) -> Transfer:
 
 # --- the command -----------------------------------------------------------------------------------------
 
-def promote(flavours: list[Flavour], source: RegistryClient, destination: RegistryClient, published_path: Path, *,
+def promote(flavours: list[Target], source: RegistryClient, destination: RegistryClient, published_path: Path, *,
             chunk_size: int = DEFAULT_CHUNK, progress: Progress = lambda line: None) -> list[Promoted]:
     """Promote `flavours`; each is recorded in published.json as soon as its every tag is verified."""
     if source.registry.name == destination.registry.name:

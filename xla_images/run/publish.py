@@ -29,7 +29,7 @@ import tenacity
 
 from .. import diskio, userfiles
 from ..errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
-from ..model.flavour import Flavour
+from ..model.target import Target
 from ..names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
 from . import engine, nightly
 
@@ -462,7 +462,7 @@ def transfer_of(diff_ids: list[str], manifest: dict[str, Any], status: dict[str,
     return Transfer(sizes["uploaded"][0], sizes["present"][0], sizes["uploaded"][1], sizes["present"][1])
 
 
-def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
+def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
                  credentials: Credentials | None, progress: Progress = lambda line: None,
                  transfers: dict[str, Transfer] | None = None) -> Published:
     """Push the flavour's tag, verify it, then each alias; return the verified record.
@@ -494,7 +494,7 @@ def push_flavour(flavour: Flavour, registry: Registry, client: RegistryClient,
     return Published(flavour.tag, flavour.tags, registry.name, digest, labels, flavour.to_json(), _now())
 
 
-def _built_labels(flavour: Flavour, image: str) -> dict[str, str]:
+def _built_labels(flavour: Target, image: str) -> dict[str, str]:
     labels = engine.image_labels(image)
     if labels is None:
         raise Failure(f"{image} is not on this engine", rule="image-built",
@@ -672,7 +672,7 @@ def merge_published_parts(parts: list[Path]) -> dict[str, Published]:
     return merged
 
 
-def push_all(flavours: list[Flavour], registry: Registry, published_path: Path, *,
+def push_all(flavours: list[Target], registry: Registry, published_path: Path, *,
              credentials: Credentials | None, retry: RetryPolicy | None = None,
              progress: Progress = lambda line: None,
              transfers: dict[str, Transfer] | None = None) -> list[Published]:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import Failure
-from ..model.flavour import Flavour
+from ..model.flavour import facts_match
+from ..model.target import Target
 from .publish import Registry, RegistryClient, read_published
 
 FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator"}
@@ -34,30 +35,16 @@ class Resolved:
     verified: bool  # False when the registry could not be asked
 
 
-def matches(facts: dict[str, Any], filters: dict[str, str | None]) -> bool:
-    """The same selection as Flavour.matches, on the facts a published.json entry recorded."""
-    for key, wanted in filters.items():
-        if wanted is None:
-            continue
-        value = str(facts.get(key))
-        if key == "torch_xla":
-            if value.split(".")[: len(wanted.split("."))] != wanted.split("."):
-                return False
-        elif value != wanted:
-            return False
-    return True
-
-
 def from_published(path: Path, filters: dict[str, str | None]) -> list[Candidate]:
     entries = read_published(path)
     if not entries:
         raise Failure(f"{path} lists no published flavour", rule="resolve-published",
                       hint="push first (`build.py push TAG`), or resolve from a registry with --registry")
     return [Candidate(entry.tag, entry.ref, entry.flavour) for entry in entries.values()
-            if matches(entry.flavour, filters)]
+            if facts_match(entry.flavour, filters)]
 
 
-def from_registry(flavours: list[Flavour], client: RegistryClient, filters: dict[str, str | None]) -> list[Candidate]:
+def from_registry(flavours: list[Target], client: RegistryClient, filters: dict[str, str | None]) -> list[Candidate]:
     """The plan's flavours matching the filters whose tag the registry serves."""
     found = []
     for flavour in flavours:
@@ -121,7 +108,7 @@ def resolve_published(path: Path, filters: dict[str, str | None], client_for: Ca
     return verify(candidate, client_for(registry_of(candidate.ref)), warn)
 
 
-def resolve_registry(flavours: list[Flavour], client: RegistryClient, filters: dict[str, str | None]) -> Resolved:
+def resolve_registry(flavours: list[Target], client: RegistryClient, filters: dict[str, str | None]) -> Resolved:
     client.check_reachable()
     candidate = choose(from_registry(flavours, client, filters), filters, client.registry.name)
     return Resolved(candidate.ref, candidate.tag, verified=True)

@@ -51,7 +51,8 @@ from packaging.version import InvalidVersion, Version
 
 from .. import userfiles
 from ..errors import ConfigError, Failure, Location, XlaImagesError, shown_value
-from ..model.flavour import Flavour, WheelSource
+from ..model.site import WheelSource
+from ..model.target import Target
 from ..names import GENERATED_MARK, IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME
 
 if TYPE_CHECKING:  # plan imports render, which imports this module
@@ -105,7 +106,7 @@ class Lock:
         return {entry.name: entry for entry in self.entries}
 
 
-def format_lock(flavour: Flavour, inputs: str, entries: Iterable[LockEntry]) -> str:
+def format_lock(flavour: Target, inputs: str, entries: Iterable[LockEntry]) -> str:
     source = flavour.wheel_source
     lines = [
         f"# {GENERATED_MARK} (`./build.py lock`) from matrix.yaml and the wheel source. Do not edit this",
@@ -160,12 +161,12 @@ def read_lock(path: Path) -> Lock:
 
 # --- inputs and staleness -----------------------------------------------------------------------------------
 
-def group_key(flavour: Flavour) -> tuple[str, str, str, WheelSource]:
+def group_key(flavour: Target) -> tuple[str, str, str, WheelSource]:
     """Flavours with the same key resolve together: they differ only by accelerator (and so by libtpu)."""
     return flavour.python, flavour.abi.value, flavour.torch_xla, flavour.wheel_source
 
 
-def group_requirements(flavours: Iterable[Flavour], flavour: Flavour) -> tuple[str, ...]:
+def group_requirements(flavours: Iterable[Target], flavour: Target) -> tuple[str, ...]:
     """The union of the requirements of `flavour`'s group among `flavours` (the whole plan)."""
     key = group_key(flavour)
     union = {pin for other in flavours if group_key(other) == key for pin in other.requirements}
@@ -173,7 +174,7 @@ def group_requirements(flavours: Iterable[Flavour], flavour: Flavour) -> tuple[s
     return tuple(sorted(union))
 
 
-def lock_inputs(flavour: Flavour, resolved_with: Sequence[str]) -> str:
+def lock_inputs(flavour: Target, resolved_with: Sequence[str]) -> str:
     """Hash of everything a lock is resolved from. Equal inputs, no reason to re-resolve."""
     payload = {
         "schema": LOCK_SCHEMA,
@@ -200,7 +201,7 @@ class LockStatus:
     detail: str = ""
 
 
-def lock_status(plan: Plan, flavour: Flavour) -> LockStatus:
+def lock_status(plan: Plan, flavour: Target) -> LockStatus:
     """Compare the committed lock with the inputs the matrix and site give now (no network)."""
     path = plan.lock_path(flavour)
     if not path.is_file():
@@ -221,7 +222,7 @@ def lock_status(plan: Plan, flavour: Flavour) -> LockStatus:
     return LockStatus(LockState.FRESH)
 
 
-def unavailable_reason(site: Site, source: WheelSource, flavour: Flavour) -> str | None:
+def unavailable_reason(site: Site, source: WheelSource, flavour: Target) -> str | None:
     """Why the wheels of `source` cannot be resolved on this site, or None when they can (as far as we know)."""
     wheelhouse = site.wheelhouse_path(source)
     if wheelhouse is not None and not wheelhouse.is_dir():
@@ -245,7 +246,7 @@ class Resolver:
     # (python, source, roots) -> report items: flavours that resolve identically share one pip run.
     _cache: dict[tuple, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
-    def resolve(self, flavours: Sequence[Flavour], roots: Sequence[str]) -> dict[str, list[LockEntry]]:
+    def resolve(self, flavours: Sequence[Target], roots: Sequence[str]) -> dict[str, list[LockEntry]]:
         """Lock entries for each of `flavours` (one group) from one resolution of `roots`, by tag."""
         first = flavours[0]
         environment = target_environment(first.python)
@@ -271,7 +272,7 @@ class Resolver:
         return {tag: [self._entry(items[name], local_dirs) for name in result.names]
                 for tag, result in closures.items()}
 
-    def _report(self, flavour: Flavour, roots: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    def _report(self, flavour: Target, roots: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         key = (flavour.python, flavour.wheel_source, roots)
         if key not in self._cache:
             report = self._run_pip(flavour, roots)
@@ -279,7 +280,7 @@ class Resolver:
                                 for item in report.get("install", [])}
         return self._cache[key]
 
-    def _run_pip(self, flavour: Flavour, roots: Sequence[str]) -> dict[str, Any]:
+    def _run_pip(self, flavour: Target, roots: Sequence[str]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="xla-images-lock-") as scratch:
             command = [
                 *self.pip, "--isolated", "--no-input", "--disable-pip-version-check", "install",
@@ -462,7 +463,7 @@ class LockReport:
     failed: tuple[GroupFailure, ...]
 
 
-def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Resolver | None = None,
+def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Resolver | None = None,
          progress: Callable[[str], None] = lambda message: None) -> LockReport:
     """Resolve and write the locks of `flavours`; groups run `jobs` at a time.
 
@@ -478,7 +479,7 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         else:
             groups.setdefault(group_key(flavour), []).append(flavour)
 
-    def resolve_and_write(members: list[Flavour], roots: Sequence[str]) -> list[LockResult]:
+    def resolve_and_write(members: list[Target], roots: Sequence[str]) -> list[LockResult]:
         started = time.monotonic()
         entries = resolver.resolve(members, roots)
         seconds = time.monotonic() - started
@@ -492,7 +493,7 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         progress(f"resolved {' + '.join(flavour.tag for flavour in members)} in {seconds:.1f}s")
         return written
 
-    def run(members: list[Flavour]) -> tuple[list[LockResult], list[GroupFailure]]:
+    def run(members: list[Target]) -> tuple[list[LockResult], list[GroupFailure]]:
         try:
             return resolve_and_write(members, group_requirements(plan.flavours, members[0])), []
         except XlaImagesError as error:
@@ -540,7 +541,7 @@ def file_sha256(path: Path) -> str:
     return sha.hexdigest()
 
 
-def wheel_dirs(plan: Plan, flavour: Flavour, wheelhouse: Path | None = None) -> list[Path]:
+def wheel_dirs(plan: Plan, flavour: Target, wheelhouse: Path | None = None) -> list[Path]:
     """Where a flavour's wheels may be on the host: its source's wheelhouse first, then the fetch wheelhouse."""
     dirs = []
     source_dir = plan.site.wheelhouse_path(flavour.wheel_source)
@@ -554,7 +555,7 @@ def default_wheelhouse(plan: Plan) -> Path:
     return plan.root / "wheelhouse"
 
 
-def wheels_for(flavour: Flavour, lock: Lock | Path, wheelhouse: Path | Sequence[Path]) -> list[Path]:
+def wheels_for(flavour: Target, lock: Lock | Path, wheelhouse: Path | Sequence[Path]) -> list[Path]:
     """The locked wheels of `flavour` found on the host (first folder wins), in lock order.
 
     Index wheels that are absent are simply not returned: pip downloads them during the build. A wheelhouse
@@ -614,7 +615,7 @@ class ContextInputs:
     offline: bool
 
 
-def context_inputs(plan: Plan, flavour: Flavour, wheelhouse: Path | None = None) -> ContextInputs:
+def context_inputs(plan: Plan, flavour: Target, wheelhouse: Path | None = None) -> ContextInputs:
     lock = read_lock(plan.lock_path(flavour))
     found = wheels_for(flavour, lock, wheel_dirs(plan, flavour, wheelhouse))
     offline = bool(lock.entries) and len(found) == len(lock.entries)
@@ -630,7 +631,7 @@ class FetchResult:
     bytes: int
 
 
-def fetch(plan: Plan, flavours: Sequence[Flavour], wheelhouse: Path | None = None, *,
+def fetch(plan: Plan, flavours: Sequence[Target], wheelhouse: Path | None = None, *,
           runner: Runner = subprocess.run, progress: Callable[[str], None] = lambda message: None) -> FetchResult:
     """Download the locked wheels of `flavours` into the host wheelhouse, each file once, verifying sha256."""
     destination = wheelhouse or default_wheelhouse(plan)
@@ -675,7 +676,7 @@ def _verified_somewhere(entry: LockEntry, dirs: Sequence[Path], verified: dict[P
     return False
 
 
-def _pip_download(site: Site, flavour: Flavour, entries: Sequence[LockEntry], destination: Path,
+def _pip_download(site: Site, flavour: Target, entries: Sequence[LockEntry], destination: Path,
                   runner: Runner) -> None:
     with tempfile.TemporaryDirectory(prefix="xla-images-fetch-") as scratch:
         requirements = Path(scratch) / "requirements.txt"

@@ -16,7 +16,7 @@ import pytest
 import testinfra
 
 from xla_images import abi
-from xla_images.model.flavour import Flavour
+from xla_images.model.target import Target
 from xla_images.names import FLAVOUR_ID_LABEL, LABEL_PREFIX
 from xla_images.run import checks, engine, nightly, smoke_runner
 from xla_images.run.checks import CheckTarget, LayerScan
@@ -30,7 +30,7 @@ TOOLS_DIR = "/tmp/xla-images-checks"
 # --- fixtures --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def flavour(target: CheckTarget) -> Flavour:
+def flavour(target: CheckTarget) -> Target:
     return target.flavour
 
 
@@ -95,31 +95,31 @@ def _python(host: testinfra.host.Host, program: str) -> str:
 
 # --- identity: labels and environment --------------------------------------------------------------------
 
-def test_built_for_this_flavour(flavour: Flavour, labels: dict[str, str]) -> None:
+def test_built_for_this_flavour(flavour: Target, labels: dict[str, str]) -> None:
     assert labels.get(FLAVOUR_ID_LABEL) == flavour.id, (
         f"label {FLAVOUR_ID_LABEL} is {labels.get(FLAVOUR_ID_LABEL)!r}, the current inputs give {flavour.id}; "
         f"rebuild with `build.py build {flavour.tag}`")
 
 
-def test_labels(flavour: Flavour, labels: dict[str, str]) -> None:
+def test_labels(flavour: Target, labels: dict[str, str]) -> None:
     wrong = {key: (labels.get(key), value) for key, value in flavour.labels.items() if labels.get(key) != value}
     assert not wrong, "labels differ (image, flavour): " + ", ".join(f"{k}={v}" for k, v in wrong.items())
 
 
-def test_environment(flavour: Flavour, image_env: dict[str, str]) -> None:
+def test_environment(flavour: Target, image_env: dict[str, str]) -> None:
     wrong = {key: (image_env.get(key), value) for key, value in flavour.env.items() if image_env.get(key) != value}
     assert not wrong, "env differs (image, flavour): " + ", ".join(f"{k}={v}" for k, v in wrong.items())
 
 
 # --- what is installed -----------------------------------------------------------------------------------
 
-def test_python_version(flavour: Flavour, host: testinfra.host.Host) -> None:
+def test_python_version(flavour: Target, host: testinfra.host.Host) -> None:
     version = _python(host, "import sys; print('%d.%d' % sys.version_info[:2])")
     assert version == flavour.python
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_package_version(package: str, flavour: Flavour, installed: dict[str, str | None]) -> None:
+def test_package_version(package: str, flavour: Target, installed: dict[str, str | None]) -> None:
     expected = flavour.pinned_versions.get(package)
     if expected is None:
         assert installed[package] is None, f"{package} {installed[package]} is installed but {flavour.tag} pins none"
@@ -127,7 +127,7 @@ def test_package_version(package: str, flavour: Flavour, installed: dict[str, st
         assert installed[package] == expected, f"{package} is {installed[package]}, the flavour pins {expected}"
 
 
-def test_nightly_is_the_claimed_night(flavour: Flavour, labels: dict[str, str], host: testinfra.host.Host) -> None:
+def test_nightly_is_the_claimed_night(flavour: Target, labels: dict[str, str], host: testinfra.host.Host) -> None:
     """A nightly's imported torch/torch_xla are the night its tag and labels name (pytorch/xla#8475)."""
     if not flavour.is_nightly:
         pytest.skip("not a nightly flavour")
@@ -136,7 +136,7 @@ def test_nightly_is_the_claimed_night(flavour: Flavour, labels: dict[str, str], 
     assert not problems, "; ".join(problems)
 
 
-def test_abi_label_matches_torch(flavour: Flavour, labels: dict[str, str], host: testinfra.host.Host) -> None:
+def test_abi_label_matches_torch(flavour: Target, labels: dict[str, str], host: testinfra.host.Host) -> None:
     flag = _python(host, "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
     label = labels.get(f"{LABEL_PREFIX}.abi")
     assert label == flavour.abi.value, f"ABI label is {label!r}, the flavour is {flavour.abi.value}"
@@ -144,12 +144,12 @@ def test_abi_label_matches_torch(flavour: Flavour, labels: dict[str, str], host:
         f"torch._C._GLIBCXX_USE_CXX11_ABI is {bool(int(flag))} but the image is labelled {label}")
 
 
-def test_import_torch_xla(flavour: Flavour, host: testinfra.host.Host) -> None:
+def test_import_torch_xla(flavour: Target, host: testinfra.host.Host) -> None:
     version = _python(host, "import torch_xla; print(torch_xla.__version__)")
     assert version.splitlines()[-1].split("+")[0] == flavour.torch_xla
 
 
-def test_abi_compatible(flavour: Flavour, host: testinfra.host.Host, container: str) -> None:
+def test_abi_compatible(flavour: Target, host: testinfra.host.Host, container: str) -> None:
     """Every extension linking torch resolves its torch symbols (xla_images.abi, run inside the image)."""
     import elftools
 
