@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from xla_images import names  # noqa: E402
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan  # noqa: E402
+from xla_images.model.registry import Registry
 from xla_images.run import build, engine, publish
 
 CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
@@ -111,7 +112,7 @@ def main() -> int:
     options = build.BuildOptions(wheelhouse=args.wheelhouse, reports_dir=work / "reports")
     say(f"engine {engine.engine_version()}, buildx {engine.buildx_info().version} "
         f"({engine.buildx_info().driver} driver); BuildKit: {engine.use_buildkit()}; logs in {work}")
-    registry = publish.Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench")
+    registry = Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench")
     env = start_registry(args.port, work / "state")
     client = publish.RegistryClient(registry)
     pushed: list[str] = []
@@ -190,7 +191,7 @@ def main() -> int:
             # The layered layout's cold push is the push step's first one (an empty registry); the single layer
             # is new to the registry whatever it already holds (only the base layer is shared).
             single_env = start_registry(single_port, work / "single-state")
-            cold = publish.Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-single-layer")
+            cold = Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-single-layer")
             engine.tag_image(single_ref, cold.name, CPU)
             started = time.monotonic()
             engine.push_image(cold.name, CPU, None)
@@ -210,7 +211,7 @@ def main() -> int:
                 if "single" not in steps and layout == "single-layer":
                     continue
                 ref = (registry.ref(CPU) if layout == "layered" else
-                       publish.Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-{layout}").ref(CPU))
+                       Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-{layout}").ref(CPU))
                 started = time.monotonic()
                 engine.pull_image(ref, None)
                 say(f"{layout} pull of {CPU}, cold: {time.monotonic() - started:.1f} s")

@@ -36,10 +36,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from xla_images.model.flavour import Abi, Accelerator, Channel  # noqa: E402
+from xla_images.model.registry import Registry  # noqa: E402
 from xla_images.model.site import WheelSource  # noqa: E402
 from xla_images.model.target import Target  # noqa: E402
 from xla_images.run import promote, prune  # noqa: E402
-from xla_images.run.publish import Registry, RegistryClient  # noqa: E402
+from xla_images.run.publish import RegistryClient  # noqa: E402
 
 SCRIPT = REPO / "ci" / "registry.sh"
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"

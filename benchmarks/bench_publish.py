@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from xla_images import names  # noqa: E402
 from xla_images.generate.plan import load_plan  # noqa: E402
+from xla_images.model.registry import Registry
 from xla_images.run import build, engine, publish
 
 REPOSITORY = "xla-images-bench"
@@ -74,7 +75,7 @@ def main() -> int:
         port = free_port()
         registry_script("start", port, state)
         host = f"127.0.0.1:{port}"
-    registry = publish.Registry.parse(f"{host}/{REPOSITORY}")
+    registry = Registry.parse(f"{host}/{REPOSITORY}")
     client = publish.RegistryClient(registry)
     published = state / "published.json"
     digest = None

@@ -27,6 +27,7 @@ from xla_images import names
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
 from xla_images.model.flavour import Flavour
+from xla_images.model.registry import Registry
 from xla_images.run import build, engine, publish
 
 pytestmark = pytest.mark.slow
@@ -85,8 +86,8 @@ class QuietReporter:
 
 
 @pytest.fixture(scope="module")
-def registry() -> publish.Registry:
-    registry = publish.Registry.parse(os.environ.get("XLA_IMAGES_TEST_REGISTRY", "127.0.0.1:5000") + "/" + REPOSITORY)
+def registry() -> Registry:
+    registry = Registry.parse(os.environ.get("XLA_IMAGES_TEST_REGISTRY", "127.0.0.1:5000") + "/" + REPOSITORY)
     client = publish.RegistryClient(registry, retry=publish.RetryPolicy(attempts=2, first_wait=0.2))
     client.check_reachable()  # a Failure here names the registry and `ci/registry.sh start`
     return registry
@@ -109,7 +110,7 @@ def phases(record_property: Callable[[str, object], None]) -> Iterator[Phases]:
     print(recorded.report(), file=sys.stderr)
 
 
-def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path, registry: publish.Registry,
+def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path, registry: Registry,
                                                                   phases: Phases, plain_install) -> None:
     started = time.monotonic()
     plan = load_plan(REPO / "matrix.yaml")

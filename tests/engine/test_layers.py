@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from xla_images import names
+from xla_images.model.registry import Registry
 from xla_images.run import build, engine, publish
 from xla_images.run.build import BuildOptions, Outcome
 
@@ -127,7 +128,7 @@ def own_registry(tmp_path: Path):
     started = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     try:
-        yield publish.Registry.parse(f"127.0.0.1:{port}/xla-images-layers-test")
+        yield Registry.parse(f"127.0.0.1:{port}/xla-images-layers-test")
     finally:
         subprocess.run(["bash", str(script), "stop"], env=env, capture_output=True, text=True, timeout=120)
 

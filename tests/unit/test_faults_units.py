@@ -14,8 +14,9 @@ import pytest
 
 from xla_images import diskio
 from xla_images.errors import Failure
+from xla_images.model.registry import Registry
 from xla_images.run import engine, locks, publish
-from xla_images.run.publish import Registry, RetryPolicy
+from xla_images.run.publish import RetryPolicy
 
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
 DIGEST = "sha256:" + "a" * 64

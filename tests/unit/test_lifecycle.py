@@ -16,10 +16,11 @@ from xla_images import yamlsrc
 from xla_images.errors import ConfigError, ErrorList, Failure
 from xla_images.model.flavour import Abi, Accelerator, dev_base, dev_date, nightly_specifier
 from xla_images.model.matrix import expand
+from xla_images.model.registry import Registry
 from xla_images.model.site import load_site
 from xla_images.model.target import bind
 from xla_images.run import nightly, promote, prune, wheels
-from xla_images.run.publish import Published, Registry, RegistryClient, read_published, record_published
+from xla_images.run.publish import Published, RegistryClient, read_published, record_published
 
 NIGHTLY = """\
 schema: 1

@@ -13,10 +13,11 @@ import requests
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.flavour import Abi, Accelerator
+from xla_images.model.registry import Registry
 from xla_images.model.site import WheelSource
 from xla_images.model.target import Target
 from xla_images.run import build, engine, publish
-from xla_images.run.publish import Credentials, Registry, RegistryClient, RetryPolicy
+from xla_images.run.publish import Credentials, RegistryClient, RetryPolicy
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64

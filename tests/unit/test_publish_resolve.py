@@ -8,6 +8,7 @@ import pytest
 
 from xla_images.errors import Failure
 from xla_images.model.flavour import Abi, Accelerator
+from xla_images.model.registry import Registry
 from xla_images.model.site import WheelSource
 from xla_images.model.target import Target
 from xla_images.run import publish, resolve
@@ -81,7 +82,7 @@ def test_several_match_lists_candidates_and_the_telling_filter(three: Path) -> N
 class FakeClient:
     def __init__(self, present: set[str] | None, registry: str = "127.0.0.1:5000/xla-images") -> None:
         self.present = present
-        self.registry = publish.Registry.parse(registry)
+        self.registry = Registry.parse(registry)
         self.asked: list[str] = []
 
     def manifest_digest(self, reference: str) -> str | None:

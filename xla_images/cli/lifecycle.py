@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..generate.plan import Plan
+from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
 from ..run import promote as promoting, prune as pruning, publish
 from .common import flavour_filters, plan_options, select
@@ -17,7 +18,7 @@ def _say(line: str) -> None:
 
 
 def _client(text: str, where: str) -> publish.RegistryClient:
-    registry = publish.Registry.parse(text, where=where)
+    registry = Registry.parse(text, where=where)
     return publish.RegistryClient(registry, publish.load_credentials(registry.host))
 
 

@@ -10,6 +10,7 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
+from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
 from ..run import engine, publish, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, select
@@ -49,7 +50,7 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
       build.py push --abi cxx11 --python 3.11
     """
     flavours = select(plan, names, filters)
-    registry = publish.Registry.parse(registry_text or plan.site.registry,
+    registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
     credentials = publish.load_credentials(registry.host)
     path = published_path or plan.root / PUBLISHED_NAME
@@ -93,12 +94,12 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
             raise ConfigError("file not found", location=str(published_path), rule="resolve-source",
                               hint="push first, or resolve from a registry with --registry HOST[:PORT]/REPO")
         return resolving.resolve_published(published_path, filters, _client_for, _say)
-    registry = publish.Registry.parse(registry_text or plan.site.registry,
+    registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
     return resolving.resolve_registry(list(plan.flavours), _client_for(registry), filters)
 
 
-def _client_for(registry: publish.Registry) -> publish.RegistryClient:
+def _client_for(registry: Registry) -> publish.RegistryClient:
     return publish.RegistryClient(registry, publish.load_credentials(registry.host))
 
 

@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from .. import resources, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
 from .flavour import Abi, Channel
+from .registry import EXAMPLE, SHAPE, registry_problem
 
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
@@ -212,9 +213,13 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         return doc.loc((key, *rest)) if doc else Location("site settings")
 
     registry = data.get("registry")
-    if not isinstance(registry, str) or not _PLAIN.fullmatch(registry) or "/" not in registry:
-        errors.append(ConfigError("registry must be HOST[:PORT]/REPOSITORY", location=where("registry"),
-                                  rule="site-registry", hint="for example 127.0.0.1:5000/xla-images"))
+    problem = registry_problem(registry) if isinstance(registry, str) and _PLAIN.fullmatch(registry) else SHAPE
+    if problem is not None:
+        # The grammar every --registry option is parsed with: a site registry that push would refuse is refused
+        # here, when the settings are read.
+        detail = "" if problem == SHAPE else f" ({problem})"
+        errors.append(ConfigError(f"registry must be HOST[:PORT]/REPOSITORY{detail}", location=where("registry"),
+                                  rule="site-registry", hint=f"for example {EXAMPLE}"))
     ca_setting = data.get("ca_bundle")
     if ca_setting is None:
         ca_setting = "none"

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import Failure
+from ..model.registry import Registry
 from ..model.target import Target
-from .publish import Published, Registry, RegistryClient, read_published, record_published
+from .publish import Published, RegistryClient, read_published, record_published
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
                "application/vnd.oci.image.index.v1+json")

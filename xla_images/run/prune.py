@@ -30,7 +30,8 @@ import yaml
 
 from .. import resources
 from ..errors import ConfigError, Failure, Location
-from .publish import Registry, RegistryClient, read_published
+from ..model.registry import Registry
+from .publish import RegistryClient, read_published
 
 DATED_NIGHTLY = re.compile(r"^(?P<series>nightly_.+)_(?P<date>\d{8})$")
 PROTECT_TAG_PREFIX = "protected-"

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
-import ipaddress
 import json
 import os
 import re
@@ -29,6 +28,7 @@ import tenacity
 
 from .. import diskio, userfiles
 from ..errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
+from ..model.registry import Registry
 from ..model.target import Target
 from ..names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
 from . import engine, nightly
@@ -44,8 +44,6 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.oci.image.index.v1+json",
 )
-_REPOSITORY_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_HOST = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::\d+)?$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # Answers a registry gives while it is overloaded or restarting (a 500 is often a storage hiccup): retried.
 RETRIED_STATUSES = (429, 500, 502, 503, 504)
@@ -53,60 +51,6 @@ RETRIED_STATUSES = (429, 500, 502, 503, 504)
 # such an answer there is worth one more push (layers already up are skipped). Connection errors are not
 # retried here: they come out of dockerd's own layer retries, which already took their time.
 _TRANSIENT_PUSH = re.compile(r"unexpected HTTP status: (?:%s)\b" % "|".join(map(str, RETRIED_STATUSES)))
-
-
-# --- where -----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Registry:
-    """`HOST[:PORT]/REPOSITORY`, the form site.registry and --registry take."""
-
-    host: str
-    repository: str
-
-    @classmethod
-    def parse(cls, text: str, where: str = "--registry") -> Registry:
-        host, sep, repository = text.strip().partition("/")
-        problems = []
-        if not sep or not host or not repository:
-            problems.append("expected HOST[:PORT]/REPOSITORY")
-        elif not _HOST.match(host) or ("." not in host and ":" not in host and host != "localhost"):
-            # Docker reads a first part without a dot or port as a Docker Hub namespace, not a registry.
-            problems.append(f"{host!r} is not a registry host (it needs a dot, a port or to be localhost)")
-        elif not all(_REPOSITORY_PART.match(part) for part in repository.split("/")):
-            problems.append(f"{repository!r} is not a repository name (lowercase letters, digits, . _ - and /)")
-        if problems:
-            raise ConfigError(f"bad registry {text!r}: {problems[0]}", location=Location(where),
-                              rule="registry-format", hint="for example 127.0.0.1:5000/xla-images")
-        return cls(host, repository)
-
-    @property
-    def name(self) -> str:
-        return f"{self.host}/{self.repository}"
-
-    def ref(self, tag: str) -> str:
-        return f"{self.name}:{tag}"
-
-    def digest_ref(self, digest: str) -> str:
-        return f"{self.name}@{digest}"
-
-    @property
-    def base_url(self) -> str:
-        # Docker itself speaks plain http to loopback registries and https to every other one.
-        return f"{'http' if _is_loopback(self.host) else 'https'}://{self.host}"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-def _is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 # --- credentials -----------------------------------------------------------------------------------------

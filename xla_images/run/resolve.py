@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 from ..errors import Failure
 from ..model.flavour import facts_match
+from ..model.registry import Registry
 from ..model.target import Target
-from .publish import Registry, RegistryClient, read_published
+from .publish import RegistryClient, read_published
 
 FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator"}
 Warn = Callable[[str], None]

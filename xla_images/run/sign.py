@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import ConfigError, Failure, Location
+from ..model.registry import Registry
 from ..names import local_ref
 from . import engine
-from .publish import Credentials, Published, Registry, RegistryClient, load_credentials, redact, redacting
+from .publish import Credentials, Published, RegistryClient, load_credentials, redact, redacting
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
 INSTALL_HINT = "install cosign with `ci/engine.sh install` (cosign 2.5 from Debian 13)"

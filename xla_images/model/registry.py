@@ -1,0 +1,72 @@
+"""Where images go: `HOST[:PORT]/REPOSITORY`, the one grammar for site.yaml's `registry` and every --registry,
+--from and --to option. Pure: naming a registry asks nothing of it (run.publish does the talking)."""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from ..errors import ConfigError, Location
+
+EXAMPLE = "127.0.0.1:5000/xla-images"
+_REPOSITORY_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_HOST = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::\d+)?$")
+SHAPE = "expected HOST[:PORT]/REPOSITORY"
+
+
+def registry_problem(text: str) -> str | None:
+    """Why `text` does not name a registry repository as Docker reads it, or None when it does."""
+    host, sep, repository = text.strip().partition("/")
+    if not sep or not host or not repository:
+        return SHAPE
+    if not _HOST.match(host) or ("." not in host and ":" not in host and host != "localhost"):
+        # Docker reads a first part without a dot or port as a Docker Hub namespace, not a registry.
+        return f"{host!r} is not a registry host (it needs a dot, a port or to be localhost)"
+    if not all(_REPOSITORY_PART.match(part) for part in repository.split("/")):
+        return f"{repository!r} is not a repository name (lowercase letters, digits, . _ - and /)"
+    return None
+
+
+@dataclass(frozen=True)
+class Registry:
+    """`HOST[:PORT]/REPOSITORY`, the form site.registry and --registry take."""
+
+    host: str
+    repository: str
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--registry") -> Registry:
+        problem = registry_problem(text)
+        if problem is not None:
+            raise ConfigError(f"bad registry {text!r}: {problem}", location=Location(where),
+                              rule="registry-format", hint=f"for example {EXAMPLE}")
+        host, _, repository = text.strip().partition("/")
+        return cls(host, repository)
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/{self.repository}"
+
+    def ref(self, tag: str) -> str:
+        return f"{self.name}:{tag}"
+
+    def digest_ref(self, digest: str) -> str:
+        return f"{self.name}@{digest}"
+
+    @property
+    def base_url(self) -> str:
+        # Docker itself speaks plain http to loopback registries and https to every other one.
+        return f"{'http' if _is_loopback(self.host) else 'https'}://{self.host}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
