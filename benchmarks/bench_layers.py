@@ -42,7 +42,7 @@ from xla_images import names  # noqa: E402
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.registry import Registry
-from xla_images.run import build, engine, publish
+from xla_images.run import bake as baking, build, context as build_context, engine, publish
 
 CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
 SINGLE_REPOSITORY = "xla-images-bench-single"
@@ -165,7 +165,7 @@ def main() -> int:
                     say(f"build of {CPU} failed: {result.message}")
                     return 1
             contexts = work / "bake"
-            override = cigen.assemble_bake_contexts(plan, [flavours[CPU]], contexts)
+            override = baking.assemble_bake_contexts(plan, [flavours[CPU]], contexts)
             target = cigen.bake_target_name(flavours[CPU])
             bake_ref = f"xla-images-bench-bake:{CPU}"
             started = time.monotonic()
@@ -288,7 +288,7 @@ def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | Non
     """The flavour's runtime stage built again on the cached wheels stage; optionally with every group in one
     COPY (the single-layer layout), for comparison."""
     context.mkdir()
-    build.write_context(plan, flavour, context, wheelhouse)
+    build_context.write_context(plan, flavour, context, wheelhouse)
     if single_layer:
         lines = (context / "Dockerfile").read_text().splitlines()
         copies = [line for line in lines if line.startswith("COPY --from=wheels /layers/")]
@@ -298,7 +298,7 @@ def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | Non
         (context / "Dockerfile").write_text("\n".join(merged) + "\n")
     args = {"BASE_IMAGE": build.choose_base(flavour.python, flavour.base_image), "FLAVOUR_ID": flavour.id,
             "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)}
-    builder = engine.BuildKitBuild(context, args, secrets=build.context_secrets(context))
+    builder = engine.BuildKitBuild(context, args, secrets=build_context.context_secrets(context))
     with tempfile.TemporaryDirectory(prefix="bench-iid-") as scratch:
         iidfile = Path(scratch) / "iid"
         command = builder.command(iidfile)

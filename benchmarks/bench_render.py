@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from xla_images.generate import render  # noqa: E402
+from xla_images.generate import sync
 from xla_images.generate.plan import load_plan  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def main() -> None:
     print(f"render_flavour x {len(plan.flavours)}, warm, median:               {median * 1000:8.1f} ms "
           f"({median / len(plan.flavours) * 1000:.2f} ms per flavour)")
 
-    median, runs, findings = timed(lambda: render.check(plan), args.repeat)
+    median, runs, findings = timed(lambda: sync.check(plan), args.repeat)
     print(f"render --check (disk compare, lock inputs), median:       {median * 1000:8.1f} ms "
           f"({len(findings)} finding(s))")
     print(f"target: validate + render under 1000 ms -> {'met' if cold < 1.0 else 'NOT met'} (cold {cold * 1000:.0f} ms)")

@@ -30,6 +30,7 @@ import pytest
 from xla_images import names
 from xla_images.errors import Failure
 from xla_images.generate.plan import Plan, load_plan
+from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
 from xla_images.run import base, build, engine, wheels
 
@@ -212,10 +213,10 @@ class Project:
             for name in ("torch", "torch_xla", *(["libtpu"] if flavour.libtpu else [])):
                 wheel = self.root / "wheelhouse" / f"{name}-{flavour.torch_xla}-py3-none-any.whl"
                 if wheel.is_file():
-                    entries.append(wheels.LockEntry(name.replace("_", "-"), flavour.torch_xla,
+                    entries.append(lockfile.LockEntry(name.replace("_", "-"), flavour.torch_xla,
                                                     wheels.file_sha256(wheel), wheel.name, local=True))
-            inputs = wheels.lock_inputs(flavour, wheels.group_requirements(plan.flavours, flavour))
-            plan.lock_path(flavour).write_text(wheels.format_lock(flavour, inputs, entries), encoding="utf-8")
+            inputs = lockfile.lock_inputs(flavour, lockfile.group_requirements(plan.flavours, flavour))
+            plan.lock_path(flavour).write_text(lockfile.format_lock(flavour, inputs, entries), encoding="utf-8")
 
     def use_base(self, ref: str) -> None:
         """Make the site's base for python 3.11 `ref` (site.yaml `bases`)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from xla_images import names, resources
-from xla_images.run import build, engine
+from xla_images.run import build, context as build_context, engine
 from xla_images.run.build import BuildOptions, Outcome
 
 OLD, NEW = "8.71.0", "8.72.0"
@@ -128,14 +128,14 @@ def test_context_holds_what_the_dockerfile_expects_and_ca_bundle_option_wins(mak
     flavour = plan.flavours[0]
     context = tmp_path / "context"
     context.mkdir()
-    build.write_context(plan, flavour, context)
+    build_context.write_context(plan, flavour, context)
     assert (context / "Dockerfile").read_text() == plan.rendered[flavour.tag]["Dockerfile"]
     assert (context / "requirements.lock").read_text() == plan.lock_path(flavour).read_text()
     # The pip settings and the CA are BuildKit secrets: beside the context, never inside it.
-    secrets = build.secrets_dir_for(context)
+    secrets = build_context.secrets_dir_for(context)
     assert not (context / "pip").exists()
     assert (secrets / "ca.crt").read_bytes() == other_ca.read_bytes()
-    assert build.context_secrets(context) == {"ca.crt": secrets / "ca.crt", "pip.conf": secrets / "pip.conf"}
+    assert build_context.context_secrets(context) == {"ca.crt": secrets / "ca.crt", "pip.conf": secrets / "pip.conf"}
     assert (context / "split_layers.py").is_file()
     conf = (secrets / "pip.conf").read_text()
     assert "cert = /tmp/pip/ca.crt" in conf and "no-index = true" in conf
@@ -147,10 +147,10 @@ def test_context_holds_what_the_dockerfile_expects_and_ca_bundle_option_wins(mak
     plan = dataclasses.replace(plan, site=dataclasses.replace(plan.site, ca_bundle_setting="none"))
     plain = tmp_path / "plain"
     plain.mkdir()
-    build.write_context(plan, flavour, plain)
+    build_context.write_context(plan, flavour, plain)
     # Without a CA there is no ca.crt secret at all (the mount is skipped), and pip is not told about one.
-    assert build.context_secrets(plain) == {"pip.conf": build.secrets_dir_for(plain) / "pip.conf"}
-    assert "cert" not in (build.secrets_dir_for(plain) / "pip.conf").read_text()
+    assert build_context.context_secrets(plain) == {"pip.conf": build_context.secrets_dir_for(plain) / "pip.conf"}
+    assert "cert" not in (build_context.secrets_dir_for(plain) / "pip.conf").read_text()
 
 
 def test_missing_lock_fails_naming_the_lock_command(make_project, reporter, no_leaked_containers) -> None:

@@ -28,7 +28,7 @@ from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
 from xla_images.model.flavour import Flavour
 from xla_images.model.registry import Registry
-from xla_images.run import build, engine, publish
+from xla_images.run import bake as baking, build, engine, publish
 
 pytestmark = pytest.mark.slow
 
@@ -225,7 +225,7 @@ def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_a
     lines: list[str] = []
     try:
         with phases("bake"):
-            override = cigen.assemble_bake_contexts(plan, [flavour], tmp_path / "bake")
+            override = baking.assemble_bake_contexts(plan, [flavour], tmp_path / "bake")
             engine.bake([REPO / cigen.BAKE_FILE, override], [target], lines.append, no_cache=True,
                         overrides=[f"{target}.tags={bake_ref}"])
         cached = [line for line in lines if line.endswith(" CACHED")]

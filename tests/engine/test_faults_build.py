@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import pytest
 
 from xla_images import names
-from xla_images.run import build, engine, locks, publish
+from xla_images.run import engine, locks, publish
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"  # conftest.py's: every container of a test image carries it

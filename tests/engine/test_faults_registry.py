@@ -24,7 +24,7 @@ from faultproxy import Fault, FaultProxy
 from registry_process import ACCEPT, REPO, RegistryProcess, free_port, running
 from test_publish_registry import PASSWORD, Project, build_image, make_project, registry_named_images
 from xla_images import names
-from xla_images.run import build, engine
+from xla_images.run import engine
 
 REPOSITORY = "xla-images"
 PORTS = range(5060, 5070)  # this suite's share of loopback ports; anything free if they are taken

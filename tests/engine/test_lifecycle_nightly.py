@@ -17,8 +17,9 @@ import pytest
 import lifecycle_support as support
 from registry_process import RegistryProcess, running
 from xla_images import names
+from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
-from xla_images.run import build, checks, wheels
+from xla_images.run import checks, wheels
 
 BASE = "8.90.0"
 NIGHT = "20261201"
@@ -58,11 +59,11 @@ def nightly_project(make_project: Callable, wheel_maker: Callable, registry_host
     plan = project.plan()
     (flavour,) = plan.flavours
     assert flavour.nightly_date is None and flavour.tags == (TAG,)  # unpinned until a lock names a night
-    entries = [wheels.LockEntry(name.replace("_", "-"), version, wheels.file_sha256(path), path.name, local=True)
+    entries = [lockfile.LockEntry(name.replace("_", "-"), version, wheels.file_sha256(path), path.name, local=True)
                for name, path in made.items()]
-    inputs = wheels.lock_inputs(flavour, wheels.group_requirements(plan.flavours, flavour))
+    inputs = lockfile.lock_inputs(flavour, lockfile.group_requirements(plan.flavours, flavour))
     plan.lock_path(flavour).parent.mkdir(parents=True, exist_ok=True)
-    plan.lock_path(flavour).write_text(wheels.format_lock(flavour, inputs, entries), encoding="utf-8")
+    plan.lock_path(flavour).write_text(lockfile.format_lock(flavour, inputs, entries), encoding="utf-8")
     pinned = project.plan()
     (flavour,) = pinned.flavours
     (pinned.flavour_dir(flavour) / "Dockerfile").write_text(pinned.rendered[flavour.tag]["Dockerfile"],

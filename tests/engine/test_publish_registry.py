@@ -20,7 +20,7 @@ from registry_process import REPO, RegistryProcess, free_port, running
 from xla_images import names
 from xla_images.generate.plan import load_plan
 from xla_images.model.flavour import Flavour
-from xla_images.run import build, engine, publish
+from xla_images.run import engine, publish
 
 PASSWORD = "pw-" + os.urandom(12).hex()
 

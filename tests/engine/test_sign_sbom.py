@@ -17,7 +17,8 @@ import requests
 
 from registry_process import REPO, RegistryProcess, running
 from xla_images import names
-from xla_images.run import build, engine, sbom, wheels
+from xla_images.model import lockfile
+from xla_images.run import build, engine, sbom
 from xla_images.run.build import BuildOptions, Outcome
 
 PORTS = range(5080, 5090)  # this suite's share of 127.0.0.1
@@ -124,7 +125,7 @@ def test_sbom_of_a_real_image_lists_its_dpkg_packages_venv_and_locked_hashes(pro
     pypi = {c["purl"].split("@")[0].removeprefix("pkg:pypi/"): c for c in components
             if c["purl"].startswith("pkg:pypi/")}
     assert set(pypi) == dists and {"torch", "torch-xla", "pip"} <= dists
-    lock = wheels.read_lock(project.plan().lock_path(flavour)).by_name()
+    lock = lockfile.read_lock(project.plan().lock_path(flavour)).by_name()
     assert pypi["torch-xla"]["hashes"] == [{"alg": "SHA-256", "content": lock["torch-xla"].sha256}]
     assert pypi["torch"]["version"] == SIGNED and "hashes" not in pypi["pip"]
     root = document["metadata"]["component"]

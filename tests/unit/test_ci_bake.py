@@ -20,10 +20,10 @@ import pytest
 
 from xla_images import names
 from xla_images.errors import ConfigError
-from xla_images.generate import cigen, render
+from xla_images.generate import cigen, sync
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model.flavour import Flavour
-from xla_images.run import build
+from xla_images.run import bake as baking, context as build_context
 
 ROOT = Path(__file__).resolve().parents[2]
 # What bake accepts as a target or group name (buildx bake/bake.go: validTargetNameChars).
@@ -237,10 +237,9 @@ def test_buildx_reads_the_file(plan: Plan, tmp_path: Path) -> None:
 # --- `ci bake --contexts`: the contexts and the override file ---------------------------------------------
 
 def locked_flavour(plan: Plan) -> Flavour:
-    from xla_images.run import wheels
 
     for flavour in plan.flavours:
-        if wheels.lock_status(plan, flavour).state is wheels.LockState.FRESH:
+        if sync.lock_status(plan, flavour).state is sync.LockState.FRESH:
             return flavour
     pytest.skip("no flavour has a fresh committed lock yet (`./build.py lock`)")
 
@@ -256,13 +255,13 @@ def merged_target(committed: dict[str, Any], override: dict[str, Any], name: str
 def test_contexts_are_what_build_gives_the_engine(plan: Plan, tmp_path: Path) -> None:
     flavour = locked_flavour(plan)
     contexts = tmp_path / "bake"
-    override_path = cigen.assemble_bake_contexts(plan, [flavour], contexts, choose_base=lambda f: "base.example/py")
+    override_path = baking.assemble_bake_contexts(plan, [flavour], contexts, choose_base=lambda f: "base.example/py")
     assert override_path == contexts.resolve() / cigen.OVERRIDE_NAME
 
     context = contexts / flavour.tag
     assert (context / "Dockerfile").read_text() == plan.rendered[flavour.tag]["Dockerfile"]
     assert (context / "requirements.lock").read_bytes() == plan.lock_path(flavour).read_bytes()
-    secrets = build.secrets_dir_for(context)
+    secrets = build_context.secrets_dir_for(context)
     # The pip settings (credentials) and CA live beside the context, never in it: bake passes them as secrets.
     assert (secrets / "pip.conf").is_file() and not (context / "pip").exists()
     assert (context / "split_layers.py").is_file()
@@ -288,9 +287,9 @@ def test_contexts_are_what_build_gives_the_engine(plan: Plan, tmp_path: Path) ->
 def test_contexts_are_replaced_whole_and_foreign_dirs_refused(plan: Plan, tmp_path: Path) -> None:
     flavour = locked_flavour(plan)
     contexts = tmp_path / "bake"
-    cigen.assemble_bake_contexts(plan, [flavour], contexts, choose_base=lambda f: "b")
+    baking.assemble_bake_contexts(plan, [flavour], contexts, choose_base=lambda f: "b")
     (contexts / flavour.tag / "stray").write_text("from an older run")
-    cigen.assemble_bake_contexts(plan, [flavour], contexts, choose_base=lambda f: "b")
+    baking.assemble_bake_contexts(plan, [flavour], contexts, choose_base=lambda f: "b")
     assert not (contexts / flavour.tag / "stray").exists()
     assert not [p for p in contexts.iterdir() if p.name.startswith(".")]  # no scratch left behind
 
@@ -298,19 +297,18 @@ def test_contexts_are_replaced_whole_and_foreign_dirs_refused(plan: Plan, tmp_pa
     (foreign / flavour.tag).mkdir(parents=True)
     (foreign / flavour.tag / "notes.txt").write_text("keep me")
     with pytest.raises(ConfigError) as raised:
-        cigen.assemble_bake_contexts(plan, [flavour], foreign, choose_base=lambda f: "b")
+        baking.assemble_bake_contexts(plan, [flavour], foreign, choose_base=lambda f: "b")
     assert raised.value.rule == "bake-contexts"
     assert (foreign / flavour.tag / "notes.txt").read_text() == "keep me"
 
 
 def test_contexts_need_fresh_locks(plan: Plan, tmp_path: Path) -> None:
-    from xla_images.run import wheels
     from xla_images.errors import Failure
 
-    unlocked = [f for f in plan.flavours if wheels.lock_status(plan, f).state is not wheels.LockState.FRESH]
+    unlocked = [f for f in plan.flavours if sync.lock_status(plan, f).state is not sync.LockState.FRESH]
     if not unlocked:
         pytest.skip("every flavour is locked here")
     with pytest.raises(Failure) as raised:
-        cigen.assemble_bake_contexts(plan, unlocked[:2], tmp_path / "bake", choose_base=lambda f: "b")
+        baking.assemble_bake_contexts(plan, unlocked[:2], tmp_path / "bake", choose_base=lambda f: "b")
     assert raised.value.rule == "lock-fresh" and unlocked[0].tag in raised.value.message
     assert not (tmp_path / "bake").exists()  # nothing half-written

@@ -20,9 +20,9 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from xla_images.generate import cigen
+from xla_images.generate import cigen, sync
 from xla_images.generate.plan import Plan, load_plan
-from xla_images.run import publish, wheels
+from xla_images.run import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -242,8 +242,8 @@ def test_matrix_job_emits_every_tag_and_nothing_else(plan: Plan, files: dict[Pat
     code, outputs, log = run_listing(plan, load(files[cigen.BUILD_WORKFLOW]), tmp_path)
     assert code == 0, log
     include = json.loads(outputs["include"])
-    locks = {flavour.tag: wheels.lock_status(plan, flavour).state for flavour in plan.flavours}
-    buildable = [tag for tag, state in locks.items() if state is wheels.LockState.FRESH]
+    locks = {flavour.tag: sync.lock_status(plan, flavour).state for flavour in plan.flavours}
+    buildable = [tag for tag, state in locks.items() if state is sync.LockState.FRESH]
     assert include == [{"tag": tag} for tag in buildable]
     assert int(outputs["count"]) == len(buildable)
     # The flavours without a fresh lock (here the 2.6 C++11 ones: their wheels are not reachable) are named.

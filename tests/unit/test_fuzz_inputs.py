@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from hostile_inputs import ROOT, assert_answered, run_cli
 from xla_images.errors import ConfigError
-from xla_images.run import wheels
+from xla_images.model import lockfile
 
 DEADLINE = datetime.timedelta(seconds=5)
 FUZZ = settings(derandomize=True, database=None, deadline=DEADLINE, print_blob=True,
@@ -328,7 +328,7 @@ def test_fuzz_published_json_through_resolve(workdir: Path, document: Any) -> No
 def test_fuzz_lock_files(position: int, cut: int, insertion: str) -> None:
     text = LOCK[:position] + insertion + LOCK[position + cut:]
     try:
-        lock = wheels.parse_lock(text, "requirements.lock")
+        lock = lockfile.parse_lock(text, "requirements.lock")
     except ConfigError as error:
         assert error.rule == "lock-format"
         assert len(error.render()) < 1000

@@ -14,7 +14,8 @@ import pytest
 from hostile_inputs import ROOT, assert_answered, run_cli, run_limited
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError
-from xla_images.run import publish, wheels
+from xla_images.model import lockfile
+from xla_images.run import publish
 
 MATRIX = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
 # "Billion laughs": nine levels of nine aliases, 9**9 values if it were built.
@@ -271,7 +272,7 @@ LOCK = (ROOT / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock").read_tex
 ], ids=["path-in-wheel-name", "huge-line", "long-whitespace"])
 def test_hostile_lock_lines_are_refused_with_line(text: str, line: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        wheels.parse_lock(text, "requirements.lock")
+        lockfile.parse_lock(text, "requirements.lock")
     assert caught.value.rule == "lock-format"
     assert caught.value.location.line == line_of(text, line)
     assert len(caught.value.render()) < 1000

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xla_images import layers
-from xla_images.run import build
+from xla_images.run import context
 
 
 class FakeDist:
@@ -65,7 +65,7 @@ def test_classic_dockerfile_turns_secret_mounts_into_copies_in_the_same_stage() 
         "    && true\n"
         "FROM base AS runtime\n"
     )
-    assert build.classic_dockerfile(text) == (
+    assert context.classic_dockerfile(text) == (
         "FROM base AS wheels\n"
         "COPY xla-secrets/pip.conf /tmp/pip/pip.conf\n"
         "COPY xla-secrets/ca.crt /tmp/pip/ca.crt\n"
@@ -77,6 +77,6 @@ def test_classic_dockerfile_turns_secret_mounts_into_copies_in_the_same_stage() 
 
 def test_rendered_dockerfiles_have_no_secret_mount_the_classic_rewrite_misses() -> None:
     for dockerfile in Path(__file__).resolve().parents[2].glob("Dockerfiles/*/Dockerfile"):
-        classic = build.classic_dockerfile(dockerfile.read_text())
+        classic = context.classic_dockerfile(dockerfile.read_text())
         assert "--mount" not in classic, dockerfile
         assert classic.count("COPY xla-secrets/") == 2, dockerfile

@@ -14,12 +14,14 @@ from packaging.specifiers import SpecifierSet
 
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError, ErrorList, Failure
+from xla_images.generate import sync
+from xla_images.model import lockfile, nightly
 from xla_images.model.flavour import Abi, Accelerator, dev_base, dev_date, nightly_specifier
 from xla_images.model.matrix import expand
 from xla_images.model.registry import Registry
 from xla_images.model.site import load_site
 from xla_images.model.target import bind
-from xla_images.run import nightly, promote, prune, wheels
+from xla_images.run import nightly_check, promote, prune, wheels
 from xla_images.run.publish import Published, RegistryClient, read_published, record_published
 
 NIGHTLY = """\
@@ -148,11 +150,11 @@ def test_release_sources_do_not_serve_nightlies() -> None:
 # --- nightly: the lock names the night -------------------------------------------------------------------
 
 def lock_for(flavour, tmp_path: Path, versions: dict[str, str]) -> Path:
-    entries = [wheels.LockEntry(name, version, "0" * 64, f"{name}-{version}-py3-none-any.whl")
+    entries = [lockfile.LockEntry(name, version, "0" * 64, f"{name}-{version}-py3-none-any.whl")
                for name, version in versions.items()]
     path = tmp_path / "Dockerfiles" / flavour.tag / "requirements.lock"
     path.parent.mkdir(parents=True)
-    path.write_text(wheels.format_lock(flavour, "sha256:" + "1" * 64, entries), encoding="utf-8")
+    path.write_text(lockfile.format_lock(flavour, "sha256:" + "1" * 64, entries), encoding="utf-8")
     return path
 
 
@@ -182,30 +184,30 @@ def pinned_cpu():
 
 def test_a_consistent_image_has_no_mismatch() -> None:
     flavour = pinned_cpu()
-    found = nightly.Found("2.10.0.dev20261203", "2.10.0.dev20261203+git1a2b3c", "2.10.0.dev20261203",
+    found = nightly_check.Found("2.10.0.dev20261203", "2.10.0.dev20261203+git1a2b3c", "2.10.0.dev20261203",
                           "2.10.0.dev20261203")
-    assert nightly.mismatches(flavour, flavour.labels, found) == []
+    assert nightly_check.mismatches(flavour, flavour.labels, found) == []
 
 
 def test_a_stale_torch_xla_is_named_with_its_date() -> None:
     flavour = pinned_cpu()
-    found = nightly.Found("2.10.0.dev20261203", "2.10.0.dev20261115", "2.10.0.dev20261203", "2.10.0.dev20261203")
-    (problem,) = nightly.mismatches(flavour, flavour.labels, found)
+    found = nightly_check.Found("2.10.0.dev20261203", "2.10.0.dev20261115", "2.10.0.dev20261203", "2.10.0.dev20261203")
+    (problem,) = nightly_check.mismatches(flavour, flavour.labels, found)
     assert "torch_xla.__version__ is 2.10.0.dev20261115" in problem and "stale build from 20261115" in problem
 
 
 def test_labels_that_claim_another_night_are_mismatches() -> None:
     flavour = pinned_cpu()
     labels = {**flavour.labels, "io.xla-images.nightly-date": "20261201", "io.xla-images.torch": "2.10.0.dev1"}
-    good = nightly.Found(*(["2.10.0.dev20261203"] * 4))
-    problems = nightly.mismatches(flavour, labels, good)
+    good = nightly_check.Found(*(["2.10.0.dev20261203"] * 4))
+    problems = nightly_check.mismatches(flavour, labels, good)
     assert len(problems) == 2 and any("nightly-date" in p for p in problems)
 
 
 def test_an_unpinned_nightly_is_refused_before_push() -> None:
     cpu = next(f for f in flavours() if f.tag == "nightly_3.11_cpu")
     with pytest.raises(Failure) as caught:
-        nightly.verify_image(cpu, "xla-images:nightly_3.11_cpu")
+        nightly_check.verify_image(cpu, "xla-images:nightly_3.11_cpu")
     assert caught.value.rule == "nightly-versions" and "build.py lock" in caught.value.hint
 
 
@@ -419,7 +421,7 @@ def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Pa
     assert pinned.tags == ("nightly_3.11_cpu", "nightly_3.11_cpu_20261201")
     assert pinned.pinned_versions == {"torch": f"{base}.dev20261201", "torch_xla": f"{base}.dev20261201"}
     replanned = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml")
-    assert wheels.lock_status(replanned, pinned).state is wheels.LockState.FRESH
+    assert sync.lock_status(replanned, pinned).state is sync.LockState.FRESH
 
 
 def test_a_pinned_nightly_renders_its_night_into_the_dockerfile() -> None:

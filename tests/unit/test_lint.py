@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xla_images.errors import Failure
-from xla_images.generate import render
+from xla_images.generate import render, sync
 from xla_images.run import lint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def committed_renders() -> dict[str, str]:
     """The committed Dockerfiles, wheel-build parameter files and the static wheel-build script and builder."""
     paths = [path for path in sorted((ROOT / "Dockerfiles").glob("*/*")) if path.name in render.TEMPLATES]
     paths += sorted((ROOT / "wheel-builds").glob("*.env"))
-    paths += [ROOT / relative for relative in render.WHEEL_BUILD_STATIC]
+    paths += [ROOT / relative for relative in sync.WHEEL_BUILD_STATIC]
     return {str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in paths}
 
 
@@ -42,8 +42,8 @@ def test_committed_renders_are_lint_clean() -> None:
 def test_lint_targets_cover_the_wheel_build_files() -> None:
     from xla_images.generate.plan import load_plan
 
-    targets = render.lint_targets(load_plan(ROOT / "matrix.yaml"))
-    assert set(render.WHEEL_BUILD_STATIC) <= set(targets)
+    targets = sync.lint_targets(load_plan(ROOT / "matrix.yaml"))
+    assert set(sync.WHEEL_BUILD_STATIC) <= set(targets)
     assert {path for path in targets if path.endswith(".env")} == {
         path for path in committed_renders() if path.endswith(".env")}
 

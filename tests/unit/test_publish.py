@@ -16,7 +16,7 @@ from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.registry import Registry
 from xla_images.model.site import WheelSource
 from xla_images.model.target import Target
-from xla_images.run import build, engine, publish
+from xla_images.run import engine, publish
 from xla_images.run.publish import Credentials, RegistryClient, RetryPolicy
 
 DIGEST_A = "sha256:" + "a" * 64

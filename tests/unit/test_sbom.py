@@ -7,7 +7,7 @@ import pytest
 
 from xla_images.errors import Failure
 from xla_images.run import sbom
-from xla_images.run.wheels import parse_lock
+from xla_images.model.lockfile import parse_lock
 
 TORCH_SHA = "a" * 64
 NUMPY_SHA = "b" * 64

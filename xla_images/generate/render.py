@@ -1,60 +1,35 @@
-"""Flavour -> the files under Dockerfiles/<tag>/, wheel build -> wheel-builds/<build>.env, and the drift check
-that keeps the committed ones current.
+"""Flavour -> the files under Dockerfiles/<tag>/, wheel build -> wheel-builds/<build>.env.
 
 Rendering is pure: a Flavour in, {file name: text} out, no disk, no network and no site setting. The same
 matrix therefore renders the same bytes on every machine, which is what lets the renders be committed and
-checked (`render --check`), the way docker-library keeps its generated Dockerfiles.
+checked (`render --check`, generate.sync), the way docker-library keeps its generated Dockerfiles.
 
 Site-specific facts (base image, wheel source, CA bundle, registry) reach a build through build args and the
-build context (see build.write_context), never through these files.
+build context (run.context.write_context), never through these files.
 """
 from __future__ import annotations
 
 import functools
 import shlex
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 
 from .. import layers, resources
 from ..errors import ConfigError
 from ..model.flavour import Flavour, WheelBuild, default_base_image
-from ..names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, DOCKERFILES, FLAVOUR_ID_LABEL,
-                     GENERATED_MARK, IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH,
-                     SPLIT_SCRIPT, VENV, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR)
-from ..run import wheels
-
-if TYPE_CHECKING:  # plan.py imports this module; a runtime import would be circular
-    from .plan import Plan
+from ..names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, FLAVOUR_ID_LABEL, GENERATED_MARK,
+                     IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH, SPLIT_SCRIPT, VENV)
 
 # Rendered file of a flavour -> its template, in the order they are written.
 TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
 # The parameters of one wheel build (wheel-builds/<build>.env), read by the static wheel-builds/build-wheels.sh.
 WHEEL_BUILD_TEMPLATE = "wheel-build.env.j2"
-# Committed once, not rendered: the wheel-build script and its builder image. `lint` checks them too.
-WHEEL_BUILD_STATIC = (WHEEL_BUILD_SCRIPT, f"{WHEEL_BUILDS_DIR}/Dockerfile")
 RENDER_COMMAND = "./build.py render"
 # build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins);
 # its parameter files name it.
 PYELFTOOLS_PIN = "pyelftools==0.33"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One difference between the disk and what `render` / `lock` would write."""
-
-    kind: str  # "missing" | "stale" | "orphan" | "unlocked"
-    path: str  # relative to the repository root
-    message: str
-    # Warnings are reported but do not fail `render --check` (e.g. a lock that cannot be made on this site).
-    warning: bool = False
-
-    def __str__(self) -> str:
-        level = "warning" if self.warning else "drift"
-        return f"{self.path}: {level} [{self.kind}]: {self.message}"
 
 
 # --- rendering ----------------------------------------------------------------------------------------------
@@ -192,164 +167,3 @@ def dockerfile_quote(value: object) -> str:
     if "\n" in text:
         raise ConfigError(f"a label or environment value contains a newline: {value!r}", rule="template-value")
     return f'"{text}"'
-
-
-# --- writing ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class WriteResult:
-    written: tuple[str, ...]
-    unchanged: int
-    removed: tuple[str, ...]
-    kept_orphans: tuple[str, ...]
-
-
-def expected_files(plan: Plan) -> dict[Path, str]:
-    """Every file `render` owns, by path relative to the repository root: flavour, wheel-build and CI files."""
-    files: dict[Path, str] = {}
-    for flavour in plan.flavours:
-        directory = plan.flavour_dir(flavour).relative_to(plan.root)
-        for name, text in plan.rendered[flavour.tag].items():
-            files[directory / name] = text
-    files.update({Path(path): text for path, text in render_wheel_builds(plan.flavours).items()})
-    files.update(_ci_files(plan))
-    return files
-
-
-def lint_targets(plan: Plan) -> dict[str, str]:
-    """What `lint` checks: the rendered Dockerfiles and wheel-build parameters, and the committed wheel-build
-    script and builder Dockerfile (read from the repository; absent outside a checkout)."""
-    files = {str(path): text for path, text in expected_files(plan).items()
-             if path.name in TEMPLATES or str(path).startswith(f"{WHEEL_BUILDS_DIR}/")}
-    for relative in WHEEL_BUILD_STATIC:
-        text = _read(plan.root / relative)
-        if text is not None:
-            files[relative] = text
-    return files
-
-
-def _ci_files(plan: Plan) -> dict[Path, str]:
-    try:
-        from . import cigen
-    except ModuleNotFoundError as error:
-        # Tolerate only the CI module itself being absent (a partial checkout), never a broken import inside it.
-        if error.name != f"{__package__}.cigen":
-            raise
-        return {}
-    return {Path(path): text for path, text in cigen.generated_files(plan).items()}
-
-
-def write(plan: Plan) -> WriteResult:
-    """Write every rendered file that differs from the disk; remove orphan flavour directories and wheel builds.
-
-    An orphan directory (a flavour no longer in the matrix) is removed only when every file in it is one we
-    generated; anything else in it is left alone and reported, so render never deletes a user's work.
-    """
-    written, unchanged = [], 0
-    for relative, text in expected_files(plan).items():
-        path = plan.root / relative
-        if _read(path) == text:
-            unchanged += 1
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(str(relative))
-    removed, kept = [], []
-    for directory in _orphan_dirs(plan):
-        relative = str(directory.relative_to(plan.root))
-        if all(_is_generated(path) for path in directory.rglob("*") if path.is_file()):
-            shutil.rmtree(directory)
-            removed.append(relative)
-        else:
-            kept.append(relative)
-    for path in _orphan_wheel_builds(plan):
-        if _is_generated(path):
-            path.unlink()
-            removed.append(str(path.relative_to(plan.root)))
-    return WriteResult(tuple(written), unchanged, tuple(removed), tuple(kept))
-
-
-def _is_generated(path: Path) -> bool:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return any(GENERATED_MARK in handle.readline() for _ in range(3))
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-# --- drift check --------------------------------------------------------------------------------------------
-
-def check(plan: Plan) -> list[Finding]:
-    """What differs between the disk and what `render` (and `lock`) would write. No network, no writes."""
-    findings: list[Finding] = []
-    expected = expected_files(plan)
-    for relative, text in expected.items():
-        path = plan.root / relative
-        on_disk = _read(path)
-        if on_disk is None:
-            findings.append(Finding("missing", str(relative), f"not rendered; run `{RENDER_COMMAND}`"))
-        elif on_disk != text:
-            findings.append(Finding("stale", str(relative),
-                                    f"differs from what its template renders; run `{RENDER_COMMAND}`"))
-    findings.extend(_orphans(plan))
-    findings.extend(_lock_findings(plan))
-    return findings
-
-
-def _orphans(plan: Plan) -> list[Finding]:
-    findings = [Finding("orphan", str(directory.relative_to(plan.root)),
-                        f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it")
-                for directory in _orphan_dirs(plan)]
-    owned = set(TEMPLATES) | {LOCK_NAME}
-    for flavour in plan.flavours:
-        directory = plan.flavour_dir(flavour)
-        if directory.is_dir():
-            for path in sorted(directory.iterdir()):
-                if path.name not in owned:
-                    findings.append(Finding("orphan", str(path.relative_to(plan.root)),
-                                            "not a file xla-images generates; delete it"))
-    for path in _orphan_wheel_builds(plan):
-        why = (f"no flavour of the matrix uses this wheel build; run `{RENDER_COMMAND}` to remove it"
-               if _is_generated(path) else "not a file xla-images generates; delete it")
-        findings.append(Finding("orphan", str(path.relative_to(plan.root)), why))
-    return findings
-
-
-def _orphan_wheel_builds(plan: Plan) -> list[Path]:
-    """Files in wheel-builds/ that are neither the committed script and builder nor a current parameter file."""
-    folder = plan.root / WHEEL_BUILDS_DIR
-    if not folder.is_dir():
-        return []
-    known = set(WHEEL_BUILD_STATIC) | set(render_wheel_builds(plan.flavours))
-    return [path for path in sorted(folder.iterdir())
-            if path.is_file() and str(path.relative_to(plan.root)) not in known]
-
-
-def _orphan_dirs(plan: Plan) -> list[Path]:
-    parent = plan.root / DOCKERFILES
-    if not parent.is_dir():
-        return []
-    tags = {flavour.tag for flavour in plan.flavours}
-    return [path for path in sorted(parent.iterdir()) if path.is_dir() and path.name not in tags]
-
-
-def _lock_findings(plan: Plan) -> list[Finding]:
-    findings = []
-    for flavour in plan.flavours:
-        status = wheels.lock_status(plan, flavour)
-        relative = str(plan.lock_path(flavour).relative_to(plan.root))
-        command = f"./build.py lock {flavour.tag}"
-        if status.state is wheels.LockState.MISSING:
-            findings.append(Finding("missing", relative, f"no lock; run `{command}`"))
-        elif status.state is wheels.LockState.STALE:
-            findings.append(Finding("stale", relative, f"{status.detail}; run `{command}`"))
-        elif status.state is wheels.LockState.UNAVAILABLE:
-            findings.append(Finding("unlocked", relative, status.detail, warning=True))
-    return findings

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from ..errors import Location
 from ..names import ENV_PREFIX, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
@@ -304,6 +304,10 @@ class Flavour:
         """Filter used by list/build/resolve. `torch_xla` may be a prefix such as `2.9` (matches 2.9.x)."""
         return facts_match(self.filter_facts,
                            {"abi": abi, "python": python, "torch_xla": torch_xla, "accelerator": accelerator})
+
+
+# What a function that takes Flavours or Targets gives back: the same kind it was given.
+AnyFlavour = TypeVar("AnyFlavour", bound=Flavour)
 
 
 def facts_match(facts: Mapping[str, Any], filters: Mapping[str, str | None]) -> bool:

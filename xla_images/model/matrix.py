@@ -23,14 +23,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from .. import yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
-from .flavour import Abi, Accelerator, Channel, Flavour, abi_suffix, make_tag_prefix, minor
+from .flavour import Abi, Accelerator, AnyFlavour, Channel, Flavour, abi_suffix, make_tag_prefix, minor
 
 SCHEMA_VERSION = 1
 TOP_KEYS = {"schema", "defaults", "releases", "exclude"}
@@ -51,7 +51,6 @@ MAX_FLAVOURS = 2000
 NO_LATEST = "none"
 MAX_EXCLUDES = 500
 KeyPath = tuple[str | int, ...]
-AnyFlavour = TypeVar("AnyFlavour", bound=Flavour)  # select() gives back what it is given: Flavours or Targets
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import queue
-import re
 import shutil
 import tempfile
 import threading
@@ -31,15 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import diskio, layers, names
+from .. import diskio
 from ..errors import Failure
 from ..generate.plan import Plan
+from ..generate.sync import LockState, lock_status
 from ..model.target import Target
-from ..names import BASE_STAGE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, local_ref
-from . import base as bases, engine, locks, wheels
+from ..names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
+from . import base as bases, engine, locks
+from .context import context_secrets, prepare_classic_context, write_context
 
 BUILD_LOG = "build.log"
-KEEP_FILE = ".keep"
 
 
 def built_image_id(flavour: Target) -> str | None:
@@ -133,110 +132,15 @@ def choose_base(python: str, site_base: str) -> str:
                   hint=hint)
 
 
-# --- the build context --------------------------------------------------------------------------------------
+# --- the lock -----------------------------------------------------------------------------------------------
 
 def check_lock(plan: Plan, flavour: Target) -> None:
-    status = wheels.lock_status(plan, flavour)
-    if status.state is wheels.LockState.FRESH:
+    status = lock_status(plan, flavour)
+    if status.state is LockState.FRESH:
         return
-    what = "has no lock" if status.state is not wheels.LockState.STALE else "has a stale lock"
+    what = "has no lock" if status.state is not LockState.STALE else "has a stale lock"
     raise Failure(f"{flavour.tag} {what}: {status.detail}", location=str(plan.lock_path(flavour)),
                   rule="lock-fresh", hint=f"run `./build.py lock {flavour.tag}` and commit the lock")
-
-
-SECRETS_SUFFIX = ".secrets"
-# Where the classic builder (no secret mounts) finds the secrets: inside its context, copied into the wheels
-# stage only (the runtime stage copies layer trees out of it, never these files).
-CLASSIC_SECRETS_DIR = "xla-secrets"
-
-
-def secrets_dir_for(context: Path) -> Path:
-    """The secrets of a context live beside it, never inside: BuildKit reads them from there."""
-    return context.with_name(context.name + SECRETS_SUFFIX)
-
-
-def write_context(plan: Plan, flavour: Target, directory: Path, wheelhouse: Path | None = None) -> list[str]:
-    """Write a flavour's build context into `directory` and its secrets beside it; return notes for the log.
-
-    The context: `Dockerfile` (the rendered one), `requirements.lock`, `split_layers.py` (xla_images/layers.py),
-    `wheelhouse/` (the locked wheels found on the host, hard-linked; `.keep` when none) and `xla_smoke/`.
-    The secrets, in `secrets_dir_for(directory)` and never in the context: `pip.conf` (index URL, with any
-    credentials) and `ca.crt` (only when there is a CA bundle). BuildKit mounts them for the pip step only.
-    """
-    inputs = wheels.context_inputs(plan, flavour, wheelhouse)
-    notes = []
-    dockerfile = plan.rendered[flavour.tag]["Dockerfile"]
-    on_disk = plan.flavour_dir(flavour) / "Dockerfile"
-    if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != dockerfile:
-        notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
-    (directory / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-    shutil.copyfile(plan.lock_path(flavour), directory / names.LOCK_NAME)
-    shutil.copyfile(layers.__file__, directory / names.SPLIT_SCRIPT)
-    secrets = secrets_dir_for(directory)
-    secrets.mkdir(exist_ok=True)
-    (secrets / names.PIP_SECRET).write_text(inputs.pip_conf, encoding="utf-8")
-    if inputs.ca_bundle is not None:
-        shutil.copyfile(inputs.ca_bundle, secrets / names.CA_SECRET)
-        notes.append(f"CA bundle: {inputs.ca_bundle} (a BuildKit secret of the pip step only)")
-    house = directory / names.CONTEXT_WHEELHOUSE
-    house.mkdir()
-    for wheel in inputs.wheels:
-        _link_or_copy(wheel, house / wheel.name)
-    if not inputs.wheels:
-        (house / KEEP_FILE).write_bytes(b"")
-    notes.append(f"wheels from the host: {len(inputs.wheels)}" + (" (all: pip works offline)" if inputs.offline
-                                                                  else ""))
-    shutil.copytree(plan.smoke_dir, directory / "xla_smoke", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return notes
-
-
-def context_secrets(directory: Path) -> dict[str, Path]:
-    """BuildKit `--secret id=...,src=...` of a context written by write_context (the CA only when there is one)."""
-    secrets = secrets_dir_for(directory)
-    return {path.name: path for path in sorted(secrets.iterdir()) if path.is_file()}
-
-
-_SECRET_MOUNT = re.compile(r"^(?P<run>RUN )?\s*--mount=type=secret,id=(?P<id>[^,\s]+),target=(?P<target>\S+) \\$")
-
-
-def classic_dockerfile(text: str) -> str:
-    """The Dockerfile for the classic builder: each `RUN --mount=type=secret,id=X,target=T` becomes a COPY of
-    xla-secrets/X to T before that RUN (in the wheels stage, which no runtime layer copies from)."""
-    out: list[str] = []
-    pending: list[str] = []
-    for line in text.splitlines():
-        found = _SECRET_MOUNT.match(line)
-        if found:
-            pending.append(f"COPY {CLASSIC_SECRETS_DIR}/{found.group('id')} {found.group('target')}")
-            continue
-        if pending:
-            out.extend(pending)
-            out.append("RUN " + line.lstrip())
-            pending = []
-            continue
-        out.append(line)
-    return "\n".join(out) + "\n"
-
-
-def prepare_classic_context(directory: Path) -> None:
-    """Turn a BuildKit context into a classic one: secrets copied in (an empty CA when none), Dockerfile rewritten."""
-    inside = directory / CLASSIC_SECRETS_DIR
-    inside.mkdir(exist_ok=True)
-    secrets = context_secrets(directory)
-    for name in (names.PIP_SECRET, names.CA_SECRET):
-        if name in secrets:
-            shutil.copyfile(secrets[name], inside / name)
-        else:
-            (inside / name).write_bytes(b"")
-    dockerfile = directory / "Dockerfile"
-    dockerfile.write_text(classic_dockerfile(dockerfile.read_text(encoding="utf-8")), encoding="utf-8")
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)  # wheels reach gigabytes: a hard link costs nothing
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 # --- one run of `build` -------------------------------------------------------------------------------------
@@ -375,7 +279,7 @@ class _Run:
             for note in notes:
                 say(note)
             args = {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id,
-                    "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)}
+                    "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)}
             if self.buildkit:
                 say(f"builder: BuildKit (docker buildx {engine.buildx_info().version})")
                 build = engine.BuildKitBuild(context, args, secrets=context_secrets(context),
@@ -383,7 +287,7 @@ class _Run:
             else:
                 say("builder: classic (no docker buildx here); secrets are copied into the wheels stage only")
                 prepare_classic_context(context)
-                self._build_base_stage(flavour, base, context / "Dockerfile", say)
+                self._build_base_stage(flavour, base, context / DOCKERFILE, say)
                 build = engine.StreamingBuild(context, args, no_cache=self.options.no_cache)
             self.reporter.state(flavour, "building")
             image_id = self._run(flavour, build, say)
@@ -410,9 +314,9 @@ class _Run:
             say(f"base stage for python {flavour.python} (shared by its flavours):")
             with tempfile.TemporaryDirectory(prefix="xla-images-base-stage-") as scratch:
                 # The base stage copies nothing from the context: the Dockerfile alone is enough.
-                shutil.copyfile(dockerfile, Path(scratch) / "Dockerfile")
+                shutil.copyfile(dockerfile, Path(scratch) / DOCKERFILE)
                 stage = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "SOURCE_DATE_EPOCH": str(
-                    names.SOURCE_DATE_EPOCH)}, target=BASE_STAGE, no_cache=self.options.no_cache)
+                    SOURCE_DATE_EPOCH)}, target=BASE_STAGE, no_cache=self.options.no_cache)
                 self._run(flavour, stage, say)
             self.base_stages_built.add(key)
 

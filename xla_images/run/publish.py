@@ -31,7 +31,7 @@ from ..errors import ConfigError, Failure, Location, XlaImagesError, shorten, sh
 from ..model.registry import Registry
 from ..model.target import Target
 from ..names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
-from . import engine, nightly
+from . import engine, nightly_check
 
 USER_ENV = "XLA_IMAGES_REGISTRY_USER"
 PASSWORD_ENV = "XLA_IMAGES_REGISTRY_PASSWORD"
@@ -627,7 +627,7 @@ def push_all(flavours: list[Target], registry: Registry, published_path: Path, *
     """
     for flavour in flavours:
         _built_labels(flavour, local_ref(flavour.tag))
-        nightly.verify_image(flavour, local_ref(flavour.tag))  # a stale nightly is refused before any push
+        nightly_check.verify_image(flavour, local_ref(flavour.tag))  # a stale nightly is refused before any push
     client = RegistryClient(registry, credentials, retry=retry)
     done = []
     for flavour in flavours:

@@ -29,9 +29,9 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from ..errors import Failure
+from ..model.lockfile import Lock
 from ..names import VENV
 from . import engine
-from .wheels import Lock
 
 SBOM_NAME = "sbom.cdx.json"
 SCHEMA = SchemaVersion.V1_6

@@ -1,10 +1,8 @@
-"""Wheels: hash-pinned locks, the host wheelhouse, and the pip settings a build context carries.
+"""Wheels over the network: resolving locks with pip, and the host wheelhouse.
 
-`lock` resolves a flavour's wheels without installing anything and writes Dockerfiles/<tag>/requirements.lock:
-the FULL closure, one `name==version --hash=sha256:...` line per wheel, sorted, so an image build installs with
-`--require-hashes` and gets exactly the files that were resolved. `fetch` downloads the locked wheels once into
-a host wheelhouse so builds can run without the index; `wheels_for` / `pip_conf` / `context_inputs` give the
-build (engine helper) what goes into the context.
+`lock` resolves a target's wheels without installing anything and writes Dockerfiles/<tag>/requirements.lock
+(the format: model.lockfile). `fetch` downloads the locked wheels once into a host wheelhouse so builds can run
+without the index; `wheels_for` finds them there for the build context (run.context).
 
 How resolution works, and why:
 * pip does it (`install --dry-run --ignore-installed --report -`), with `--isolated` so the host's pip config,
@@ -23,17 +21,12 @@ How resolution works, and why:
   inputs hash, so the result does not depend on which flavours one asked to lock. When a group cannot resolve
   together (a tpu pin without a wheel for that python), each member is resolved alone; such a lock records
   its own requirements as what it was resolved with, and counts as fresh too.
-
-The lock header records `# inputs: sha256:<hash>` of requirements, union, python, platforms and the wheel source,
-so `render --check` can flag a stale lock without the network.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
 import json
-import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -41,194 +34,24 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .. import userfiles
-from ..errors import ConfigError, Failure, Location, XlaImagesError, shown_value
-from ..model.site import WheelSource
+from ..errors import Failure, XlaImagesError
+from ..generate.plan import Plan
+from ..generate.sync import write_if_changed
+from ..model.lockfile import (PLATFORMS, Lock, LockEntry, format_lock, group_key, group_requirements, lock_inputs,
+                              read_lock, unavailable_reason)
+from ..model.site import Site, WheelSource
 from ..model.target import Target
-from ..names import GENERATED_MARK, IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME
 
-if TYPE_CHECKING:  # plan imports render, which imports this module
-    from ..generate.plan import Plan
-    from ..model.site import Site
-
-LOCK_SCHEMA = 1
-
-# Wheels an image can load: the rendered Dockerfiles default to bookworm bases (glibc 2.36), so manylinux up to
-# 2_36 and every older tag; libtpu ships manylinux_2_31 wheels. `linux_x86_64` is what a from-source build
-# (wheel-builds/build-wheels.sh) produces. Order matters to pip: the first tag is preferred.
-GLIBC_NEWEST_MINOR = 36
-PLATFORMS: tuple[str, ...] = (
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_NEWEST_MINOR, 16, -1)),
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64",
-)
 # Rounds of "pip resolves, we add what the target's markers need": one is the norm, two when python differs.
 MAX_ROUNDS = 4
 PIP_FAST_DEPS = "--use-feature=fast-deps"
-
-_LOCK_LINE = re.compile(
-    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha256>[0-9a-f]{64})"
-    r"(?:\s+#\s+(?P<filename>[^/\\\s]+\.whl)(?P<local> \(wheelhouse\))?)?\s*$")
-MAX_LOCK_LINE = 1024
-_INPUTS_LINE = re.compile(r"^# inputs: (?P<inputs>sha256:[0-9a-f]{64})\s*$")
-
-
-# --- the lock file ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LockEntry:
-    """One locked wheel. `local` wheels come from a wheelhouse on the host, not from an index."""
-
-    name: str
-    version: str
-    sha256: str
-    filename: str
-    local: bool = False
-
-    def line(self) -> str:
-        origin = " (wheelhouse)" if self.local else ""
-        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}  # {self.filename}{origin}"
-
-
-@dataclass(frozen=True)
-class Lock:
-    inputs: str
-    entries: tuple[LockEntry, ...]
-
-    def by_name(self) -> dict[str, LockEntry]:
-        return {entry.name: entry for entry in self.entries}
-
-
-def format_lock(flavour: Target, inputs: str, entries: Iterable[LockEntry]) -> str:
-    source = flavour.wheel_source
-    lines = [
-        f"# {GENERATED_MARK} (`./build.py lock`) from matrix.yaml and the wheel source. Do not edit this",
-        f"# file: regenerate it with `./build.py lock {flavour.tag}`.",
-        f"# flavour: {flavour.tag} (python {flavour.python}, {flavour.abi.value}, wheel source {source.name})",
-        f"# requirements: {' '.join(flavour.requirements)}",
-        f"# inputs: {inputs}",
-        "# The image installs it with: pip install --require-hashes --only-binary=:all: -r requirements.lock",
-    ]
-    lines.extend(entry.line() for entry in sorted(entries, key=lambda entry: entry.name))
-    return "\n".join(lines) + "\n"
-
-
-def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
-    """Parse a lock file; any line that is neither a comment nor a pin is an error naming file:line."""
-    inputs = None
-    entries = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if len(raw) > MAX_LOCK_LINE:  # before any regex: generated lines are ~200 characters
-            raise ConfigError(f"line of {len(raw)} characters, longer than any lock line", rule="lock-format",
-                              location=Location(where, number), hint="regenerate it with `./build.py lock`")
-        line = raw.strip()
-        match = _INPUTS_LINE.match(line)
-        if match:
-            inputs = match.group("inputs")
-            continue
-        if not line or line.startswith("#"):
-            continue
-        match = _LOCK_LINE.match(line)
-        if not match or not match.group("filename"):
-            raise ConfigError(f"not a lock line: {shown_value(raw, 100)}", location=Location(where, number),
-                              rule="lock-format",
-                              hint="locks are generated; regenerate it with `./build.py lock`")
-        entries.append(LockEntry(match.group("name"), match.group("version"), match.group("sha256"),
-                                 match.group("filename"), bool(match.group("local"))))
-    if inputs is None:
-        raise ConfigError("the lock has no `# inputs: sha256:...` header line", location=Location(where),
-                          rule="lock-format", hint="regenerate it with `./build.py lock`")
-    return Lock(inputs, tuple(entries))
-
-
-def read_lock(path: Path) -> Lock:
-    try:
-        text = userfiles.read_text(path, limit=userfiles.LOCK_LIMIT)
-    except ConfigError as error:
-        if error.rule != "file-exists":
-            raise  # a directory, fifo, binary or oversized file: named with its rule
-        raise Failure(f"{path} does not exist", rule="lock-exists",
-                      hint=f"run `./build.py lock {path.parent.name}`") from None
-    return parse_lock(text, str(path))
-
-
-# --- inputs and staleness -----------------------------------------------------------------------------------
-
-def group_key(flavour: Target) -> tuple[str, str, str, WheelSource]:
-    """Flavours with the same key resolve together: they differ only by accelerator (and so by libtpu)."""
-    return flavour.python, flavour.abi.value, flavour.torch_xla, flavour.wheel_source
-
-
-def group_requirements(flavours: Iterable[Target], flavour: Target) -> tuple[str, ...]:
-    """The union of the requirements of `flavour`'s group among `flavours` (the whole plan)."""
-    key = group_key(flavour)
-    union = {pin for other in flavours if group_key(other) == key for pin in other.requirements}
-    union.update(flavour.requirements)
-    return tuple(sorted(union))
-
-
-def lock_inputs(flavour: Target, resolved_with: Sequence[str]) -> str:
-    """Hash of everything a lock is resolved from. Equal inputs, no reason to re-resolve."""
-    payload = {
-        "schema": LOCK_SCHEMA,
-        "requirements": list(flavour.requirements),
-        "resolved_with": sorted(resolved_with),
-        "python": flavour.python,
-        "platforms": list(PLATFORMS),
-        "wheel_source": flavour.wheel_source.to_json(),
-    }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-    return f"sha256:{digest}"
-
-
-class LockState(Enum):
-    FRESH = "fresh"
-    MISSING = "missing"
-    STALE = "stale"
-    UNAVAILABLE = "unavailable"  # no lock, and its wheels cannot be resolved on this site
-
-
-@dataclass(frozen=True)
-class LockStatus:
-    state: LockState
-    detail: str = ""
-
-
-def lock_status(plan: Plan, flavour: Target) -> LockStatus:
-    """Compare the committed lock with the inputs the matrix and site give now (no network)."""
-    path = plan.lock_path(flavour)
-    if not path.is_file():
-        reason = unavailable_reason(plan.site, flavour.wheel_source, flavour)
-        if reason:
-            return LockStatus(LockState.UNAVAILABLE, f"unlocked (wheels not available here): {reason}")
-        return LockStatus(LockState.MISSING, "no lock")
-    try:
-        lock = read_lock(path)
-    except ConfigError as error:
-        return LockStatus(LockState.STALE, f"unreadable ({error.message})")
-    # Resolved with its group, or alone when the group could not resolve together (see lock()).
-    expected = {lock_inputs(flavour, group_requirements(plan.flavours, flavour)),
-                lock_inputs(flavour, flavour.requirements)}
-    if lock.inputs not in expected:
-        return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
-                                           "wheel source changed since)")
-    return LockStatus(LockState.FRESH)
-
-
-def unavailable_reason(site: Site, source: WheelSource, flavour: Target) -> str | None:
-    """Why the wheels of `source` cannot be resolved on this site, or None when they can (as far as we know)."""
-    wheelhouse = site.wheelhouse_path(source)
-    if wheelhouse is not None and not wheelhouse.is_dir():
-        return (f"wheel source {source.name} reads the wheelhouse {wheelhouse}, which does not exist; build the "
-                f"wheels with {flavour.wheel_build.command} or point the source at existing wheels")
-    return None
 
 
 # --- resolution ---------------------------------------------------------------------------------------------
@@ -486,7 +309,7 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         written = []
         for flavour in members:
             text = format_lock(flavour, lock_inputs(flavour, roots), entries[flavour.tag])
-            changed = _write_if_changed(plan.lock_path(flavour), text)
+            changed = write_if_changed(plan.lock_path(flavour), text)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
                                       changed, others))
@@ -519,16 +342,6 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
             locked.extend(results)
             failed.extend(failures)
     return LockReport(tuple(locked), tuple(skipped), tuple(failed))
-
-
-def _write_if_changed(path: Path, text: str) -> bool:
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(text, encoding="utf-8")
-    os.replace(scratch, path)  # never a half-written lock
-    return True
 
 
 # --- the host wheelhouse ------------------------------------------------------------------------------------
@@ -577,51 +390,6 @@ def wheels_for(flavour: Target, lock: Lock | Path, wheelhouse: Path | Sequence[P
                       hint=f"build them with {flavour.wheel_build.command} (looked in "
                            f"{', '.join(str(folder) for folder in dirs)})")
     return found
-
-
-def pip_conf(source: WheelSource, ca: bool, wheelhouse: bool, offline: bool = False) -> str:
-    """pip.conf for the wheels stage (PIP_CONFIG_FILE=/tmp/pip/pip.conf).
-
-    `wheelhouse`: the context's wheelhouse/ holds wheels (find-links). `offline`: it holds every locked wheel,
-    so pip must not ask an index at all (with --require-hashes pip would otherwise prefer the index's copy).
-    Local find_links of the source are host paths a container cannot see; their wheels reach the build through
-    the wheelhouse instead.
-    """
-    lines = ["# pip settings of the image build's wheels stage, written by xla-images.", "[global]"]
-    if offline:
-        lines.append("no-index = true")
-    else:
-        if source.index_url:
-            lines.append(f"index-url = {source.index_url}")
-        if source.extra_index_urls:
-            lines.append(f"extra-index-url = {' '.join(source.extra_index_urls)}")
-    links = [IMAGE_WHEELHOUSE] if wheelhouse else []
-    if not offline:
-        links += [link for link in source.find_links if "://" in link and not link.startswith("file:")]
-    if links:
-        lines.append(f"find-links = {' '.join(links)}")
-    if ca:
-        lines.append(f"cert = {IMAGE_CA}")
-    return "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True)
-class ContextInputs:
-    """What a build context needs from this module (build.write_context lays it out)."""
-
-    pip_conf: str
-    ca_bundle: Path | None  # copy to pip/ca.crt (an empty file when None)
-    wheels: tuple[Path, ...]  # link or copy into wheelhouse/
-    offline: bool
-
-
-def context_inputs(plan: Plan, flavour: Target, wheelhouse: Path | None = None) -> ContextInputs:
-    lock = read_lock(plan.lock_path(flavour))
-    found = wheels_for(flavour, lock, wheel_dirs(plan, flavour, wheelhouse))
-    offline = bool(lock.entries) and len(found) == len(lock.entries)
-    ca = plan.site.ca_bundle()
-    return ContextInputs(pip_conf(flavour.wheel_source, ca=ca is not None, wheelhouse=bool(found), offline=offline),
-                         ca, tuple(found), offline)
 
 
 @dataclass(frozen=True)

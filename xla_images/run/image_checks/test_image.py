@@ -18,7 +18,7 @@ import testinfra
 from xla_images import abi
 from xla_images.model.target import Target
 from xla_images.names import FLAVOUR_ID_LABEL, LABEL_PREFIX
-from xla_images.run import checks, engine, nightly, smoke_runner
+from xla_images.run import checks, engine, nightly_check, smoke_runner
 from xla_images.run.checks import CheckTarget, LayerScan
 
 COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "ld")
@@ -131,8 +131,8 @@ def test_nightly_is_the_claimed_night(flavour: Target, labels: dict[str, str], h
     """A nightly's imported torch/torch_xla are the night its tag and labels name (pytorch/xla#8475)."""
     if not flavour.is_nightly:
         pytest.skip("not a nightly flavour")
-    found = nightly.Found(**json.loads(_python(host, nightly.PROBE).splitlines()[-1]))
-    problems = nightly.mismatches(flavour, labels, found)
+    found = nightly_check.Found(**json.loads(_python(host, nightly_check.PROBE).splitlines()[-1]))
+    problems = nightly_check.mismatches(flavour, labels, found)
     assert not problems, "; ".join(problems)
 
 

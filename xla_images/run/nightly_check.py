@@ -1,30 +1,23 @@
-"""The nightly channel: pin a nightly flavour to one night's wheels, and refuse an image that is not that night.
+"""Refuse a nightly image that is not the night its tag and labels claim, before anything is pushed.
 
-A release in matrix.yaml with `channel: nightly` asks for any dev build of its version (`2.10.0.dev*`); `lock`
-resolves the newest one the site's nightly wheel source holds and writes it into the flavour's lock. The lock is
-the one record of which night a flavour is: `pin_from_locks` (called by the plan, before rendering) reads the
-locked torch/torch_xla versions back into the Target, which then carries the dated tag, labels and env.
-
-Upstream once shipped a `nightly` image whose torch_xla was weeks old (pytorch/xla#8475). So before anything is
-pushed, `verify_image` imports torch and torch_xla inside the image and compares their `__version__` and
-installed distribution versions with what the labels and the dated tag claim; any difference is a Failure.
+Upstream once shipped a `nightly` image whose torch_xla was weeks old (pytorch/xla#8475). So before a push,
+`verify_image` imports torch and torch_xla inside the image and compares their `__version__` and installed
+distribution versions with what the labels and the dated tag claim; any difference is a Failure. Which night a
+target is comes from its lock (model.nightly pins it there).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
-from ..errors import ConfigError, Failure, Location
-from ..model.flavour import dev_base, dev_date
+from ..errors import Failure
+from ..model.flavour import dev_date
 from ..model.target import Target
-from ..names import DOCKERFILES, LABEL_PREFIX, LOCK_NAME
-from .wheels import parse_lock
+from ..names import LABEL_PREFIX
+from . import engine
 
-PACKAGES = {"torch": "torch", "torch_xla": "torch-xla"}  # module -> canonical name in a lock
 # Run inside the image: what is really there, imported, not only what pip's metadata says.
 PROBE = (
     "import importlib.metadata as m, json\n"
@@ -34,42 +27,6 @@ PROBE = (
 )
 
 
-# --- pinning a night from the lock -----------------------------------------------------------------------
-
-def pin_from_locks(flavours: Iterable[Target], root: Path) -> list[Target]:
-    """Nightly flavours with a lock get that night's versions; the others are returned as they are."""
-    return [pin_from_lock(flavour, root / DOCKERFILES / flavour.tag / LOCK_NAME) if flavour.is_nightly
-            else flavour for flavour in flavours]
-
-
-def pin_from_lock(flavour: Target, path: Path) -> Target:
-    if not path.is_file():
-        return flavour  # unpinned: `lock` will choose the night; build refuses it until then (no fresh lock)
-    text = path.read_text(encoding="utf-8")
-    entries = parse_lock(text, str(path)).by_name()
-    versions = {}
-    for module, name in PACKAGES.items():
-        entry = entries.get(name)
-        where = Location(str(path), _line_of(text, f"{name}=="))
-        if entry is None:
-            raise ConfigError(f"the lock of nightly {flavour.tag} pins no {module}", location=where,
-                              rule="nightly-lock", hint=f"re-lock it: `./build.py lock {flavour.tag}`")
-        if dev_base(entry.version) != flavour.nightly_base:
-            raise ConfigError(f"{module} {entry.version} is not a dated nightly of {flavour.nightly_base} "
-                              f"({flavour.nightly_base}.devYYYYMMDD)", location=where, rule="nightly-lock",
-                              hint=f"the nightly wheel source must serve dev builds; re-lock `{flavour.tag}`")
-        versions[module] = entry.version
-    return flavour.with_nightly(torch=versions["torch"], torch_xla=versions["torch_xla"])
-
-
-def _line_of(text: str, prefix: str) -> int | None:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.startswith(prefix):
-            return number
-    return None
-
-
-# --- what the image holds against what it claims ---------------------------------------------------------
 
 @dataclass(frozen=True)
 class Found:
@@ -119,8 +76,6 @@ def _age(version: str, date: str | None) -> str:
 
 def probe(image: str) -> Found:
     """Import torch and torch_xla in a throw-away container of the image and read their versions."""
-    from . import engine  # the plan imports this module; only pushes and checks need the engine
-
     run = engine.run_container(image, ["python", "-c", PROBE], role="nightly-check", timeout=600)
     lines = run.output.strip().splitlines()
     try:
@@ -140,8 +95,6 @@ def verify_image(flavour: Target, image: str) -> None:
     if flavour.nightly_date is None:
         raise Failure(f"{flavour.tag} is not pinned to a night", rule="nightly-versions",
                       hint=f"lock it first: `./build.py lock {flavour.tag}`, then build it")
-    from . import engine
-
     labels = engine.image_labels(image) or {}
     problems = mismatches(flavour, labels, probe(image))
     if problems:

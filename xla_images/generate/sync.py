@@ -1,0 +1,250 @@
+"""The one place generated files meet the disk: what `render` writes, and what `render --check` reports.
+
+Every file xla-images generates goes through here, whichever command made it:
+
+* rendered and committed (`expected_files`): Dockerfiles/<tag>/Dockerfile, wheel-builds/<build>.env and the CI
+  files (ci/github/*.yml, docker-bake.json). `write` writes those that differ and removes orphans; `check`
+  reports each as missing, stale or orphan. `ci github|bake [--check]` use the same `write_files`/`drift` on
+  their part of the set.
+* resolved, not rendered: Dockerfiles/<tag>/requirements.lock. `lock` (run.wheels) writes it with
+  `write_if_changed`; its freshness is its `# inputs:` header against what the plan asks now (`lock_status`),
+  so `check` needs no network.
+
+Contract: a write never leaves half a file (a temporary file beside it, then a rename); a file is written only
+when its text differs; a directory or file is deleted only when it carries GENERATED_MARK, so nothing a user
+wrote is removed; `check` writes nothing and asks no network.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..model import lockfile
+from ..model.target import Target
+from ..names import DOCKERFILES, GENERATED_MARK, LOCK_NAME, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
+from . import cigen, render
+from .plan import Plan
+from .render import RENDER_COMMAND
+
+# Committed once, not rendered: the wheel-build script and its builder image. `lint` checks them too.
+WHEEL_BUILD_STATIC = (WHEEL_BUILD_SCRIPT, f"{WHEEL_BUILDS_DIR}/Dockerfile")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference between the disk and what `render` / `lock` would write."""
+
+    kind: str  # "missing" | "stale" | "orphan" | "unlocked"
+    path: str  # relative to the repository root
+    message: str
+    # Warnings are reported but do not fail `render --check` (e.g. a lock that cannot be made on this site).
+    warning: bool = False
+
+    def __str__(self) -> str:
+        level = "warning" if self.warning else "drift"
+        return f"{self.path}: {level} [{self.kind}]: {self.message}"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    written: tuple[str, ...]
+    unchanged: int
+    removed: tuple[str, ...]
+    kept_orphans: tuple[str, ...]
+
+
+# --- the set of generated files ---------------------------------------------------------------------------
+
+def expected_files(plan: Plan) -> dict[Path, str]:
+    """Every file `render` owns, by path relative to the repository root: flavour, wheel-build and CI files."""
+    files: dict[Path, str] = {}
+    for flavour in plan.flavours:
+        directory = plan.flavour_dir(flavour).relative_to(plan.root)
+        for name, text in plan.rendered[flavour.tag].items():
+            files[directory / name] = text
+    files.update({Path(path): text for path, text in render.render_wheel_builds(plan.flavours).items()})
+    files.update(cigen.generated_files(plan))
+    return files
+
+
+def lint_targets(plan: Plan) -> dict[str, str]:
+    """What `lint` checks: the rendered Dockerfiles and wheel-build parameters, and the committed wheel-build
+    script and builder Dockerfile (read from the repository; absent outside a checkout)."""
+    files = {str(path): text for path, text in expected_files(plan).items()
+             if path.name in render.TEMPLATES or str(path).startswith(f"{WHEEL_BUILDS_DIR}/")}
+    for relative in WHEEL_BUILD_STATIC:
+        text = _read(plan.root / relative)
+        if text is not None:
+            files[relative] = text
+    return files
+
+
+# --- writing ----------------------------------------------------------------------------------------------
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write `text` to `path` unless it holds exactly that already; True when it wrote."""
+    if _read(path) == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(text, encoding="utf-8")
+    os.replace(scratch, path)  # never a half-written file
+    return True
+
+
+def write_files(root: Path, files: dict[Path, str]) -> list[Path]:
+    """Write the files (relative to `root`) that differ from the disk; return those written."""
+    return [relative for relative, text in files.items() if write_if_changed(root / relative, text)]
+
+
+def write(plan: Plan) -> WriteResult:
+    """Write every rendered file that differs from the disk; remove orphan flavour directories and wheel builds.
+
+    An orphan directory (a flavour no longer in the matrix) is removed only when every file in it is one we
+    generated; anything else in it is left alone and reported, so render never deletes a user's work.
+    """
+    files = expected_files(plan)
+    written = write_files(plan.root, files)
+    removed, kept = [], []
+    for directory in _orphan_dirs(plan):
+        relative = str(directory.relative_to(plan.root))
+        if all(_is_generated(path) for path in directory.rglob("*") if path.is_file()):
+            shutil.rmtree(directory)
+            removed.append(relative)
+        else:
+            kept.append(relative)
+    for path in _orphan_wheel_builds(plan):
+        if _is_generated(path):
+            path.unlink()
+            removed.append(str(path.relative_to(plan.root)))
+    return WriteResult(tuple(str(path) for path in written), len(files) - len(written), tuple(removed), tuple(kept))
+
+
+# --- the drift check --------------------------------------------------------------------------------------
+
+def drift(root: Path, files: dict[Path, str]) -> list[Finding]:
+    """`files` (relative to `root`) that are missing on disk or differ from what is there."""
+    findings = []
+    for relative, text in files.items():
+        on_disk = _read(root / relative)
+        if on_disk is None:
+            findings.append(Finding("missing", str(relative), f"not rendered; run `{RENDER_COMMAND}`"))
+        elif on_disk != text:
+            findings.append(Finding("stale", str(relative),
+                                    f"differs from what its template renders; run `{RENDER_COMMAND}`"))
+    return findings
+
+
+def check(plan: Plan) -> list[Finding]:
+    """What differs between the disk and what `render` (and `lock`) would write. No network, no writes."""
+    findings = drift(plan.root, expected_files(plan))
+    findings.extend(_orphans(plan))
+    findings.extend(_lock_findings(plan))
+    return findings
+
+
+def _orphans(plan: Plan) -> list[Finding]:
+    findings = [Finding("orphan", str(directory.relative_to(plan.root)),
+                        f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it")
+                for directory in _orphan_dirs(plan)]
+    owned = set(render.TEMPLATES) | {LOCK_NAME}
+    for flavour in plan.flavours:
+        directory = plan.flavour_dir(flavour)
+        if directory.is_dir():
+            for path in sorted(directory.iterdir()):
+                if path.name not in owned:
+                    findings.append(Finding("orphan", str(path.relative_to(plan.root)),
+                                            "not a file xla-images generates; delete it"))
+    for path in _orphan_wheel_builds(plan):
+        why = (f"no flavour of the matrix uses this wheel build; run `{RENDER_COMMAND}` to remove it"
+               if _is_generated(path) else "not a file xla-images generates; delete it")
+        findings.append(Finding("orphan", str(path.relative_to(plan.root)), why))
+    return findings
+
+
+def _orphan_wheel_builds(plan: Plan) -> list[Path]:
+    """Files in wheel-builds/ that are neither the committed script and builder nor a current parameter file."""
+    folder = plan.root / WHEEL_BUILDS_DIR
+    if not folder.is_dir():
+        return []
+    known = set(WHEEL_BUILD_STATIC) | set(render.render_wheel_builds(plan.flavours))
+    return [path for path in sorted(folder.iterdir())
+            if path.is_file() and str(path.relative_to(plan.root)) not in known]
+
+
+def _orphan_dirs(plan: Plan) -> list[Path]:
+    parent = plan.root / DOCKERFILES
+    if not parent.is_dir():
+        return []
+    tags = {flavour.tag for flavour in plan.flavours}
+    return [path for path in sorted(parent.iterdir()) if path.is_dir() and path.name not in tags]
+
+
+def _is_generated(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return any(GENERATED_MARK in handle.readline() for _ in range(3))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+# --- locks ------------------------------------------------------------------------------------------------
+
+class LockState(enum.Enum):
+    FRESH = "fresh"
+    MISSING = "missing"
+    STALE = "stale"
+    UNAVAILABLE = "unavailable"  # no lock, and its wheels cannot be resolved on this site
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    state: LockState
+    detail: str = ""
+
+
+def lock_status(plan: Plan, flavour: Target) -> LockStatus:
+    """Compare the committed lock with the inputs the matrix and site give now (no network)."""
+    path = plan.lock_path(flavour)
+    if not path.is_file():
+        reason = lockfile.unavailable_reason(plan.site, flavour.wheel_source, flavour)
+        if reason:
+            return LockStatus(LockState.UNAVAILABLE, f"unlocked (wheels not available here): {reason}")
+        return LockStatus(LockState.MISSING, "no lock")
+    try:
+        lock = lockfile.read_lock(path)
+    except ConfigError as error:
+        return LockStatus(LockState.STALE, f"unreadable ({error.message})")
+    # Resolved with its group, or alone when the group could not resolve together (see run.wheels.lock).
+    expected = {lockfile.lock_inputs(flavour, lockfile.group_requirements(plan.flavours, flavour)),
+                lockfile.lock_inputs(flavour, flavour.requirements)}
+    if lock.inputs not in expected:
+        return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
+                                           "wheel source changed since)")
+    return LockStatus(LockState.FRESH)
+
+
+def _lock_findings(plan: Plan) -> list[Finding]:
+    findings = []
+    for flavour in plan.flavours:
+        status = lock_status(plan, flavour)
+        relative = str(plan.lock_path(flavour).relative_to(plan.root))
+        command = f"./build.py lock {flavour.tag}"
+        if status.state is LockState.MISSING:
+            findings.append(Finding("missing", relative, f"no lock; run `{command}`"))
+        elif status.state is LockState.STALE:
+            findings.append(Finding("stale", relative, f"{status.detail}; run `{command}`"))
+        elif status.state is LockState.UNAVAILABLE:
+            findings.append(Finding("unlocked", relative, status.detail, warning=True))
+    return findings

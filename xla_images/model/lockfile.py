@@ -1,0 +1,151 @@
+"""The lock file, Dockerfiles/<tag>/requirements.lock: its format, and the inputs that make it fresh or stale.
+
+A lock pins a target's FULL wheel closure, one `name==version --hash=sha256:...  # FILE.whl` line per wheel,
+sorted, so an image build installs with `--require-hashes` and gets exactly the files that were resolved. Its
+header records `# inputs: sha256:<hash>` of what it was resolved from (`lock_inputs`: requirements, the group
+union, python, platforms and the wheel source), so a stale lock is found without the network. Locks are
+resolved by run.wheels (pip) and checked by generate.sync; a nightly's lock is also the one record of which
+night it installs (model.nightly).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .. import userfiles
+from ..errors import ConfigError, Failure, Location, shown_value
+from ..names import GENERATED_MARK, LOCK_NAME
+from .site import Site, WheelSource
+from .target import Target
+
+LOCK_SCHEMA = 1
+# Wheels an image can load: the rendered Dockerfiles default to bookworm bases (glibc 2.36), so manylinux up to
+# 2_36 and every older tag; libtpu ships manylinux_2_31 wheels. `linux_x86_64` is what a from-source build
+# (wheel-builds/build-wheels.sh) produces. Order matters to pip: the first tag is preferred.
+GLIBC_NEWEST_MINOR = 36
+PLATFORMS: tuple[str, ...] = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_NEWEST_MINOR, 16, -1)),
+    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64",
+)
+_LOCK_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha256>[0-9a-f]{64})"
+    r"(?:\s+#\s+(?P<filename>[^/\\\s]+\.whl)(?P<local> \(wheelhouse\))?)?\s*$")
+MAX_LOCK_LINE = 1024
+_INPUTS_LINE = re.compile(r"^# inputs: (?P<inputs>sha256:[0-9a-f]{64})\s*$")
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    """One locked wheel. `local` wheels come from a wheelhouse on the host, not from an index."""
+
+    name: str
+    version: str
+    sha256: str
+    filename: str
+    local: bool = False
+
+    def line(self) -> str:
+        origin = " (wheelhouse)" if self.local else ""
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}  # {self.filename}{origin}"
+
+
+@dataclass(frozen=True)
+class Lock:
+    inputs: str
+    entries: tuple[LockEntry, ...]
+
+    def by_name(self) -> dict[str, LockEntry]:
+        return {entry.name: entry for entry in self.entries}
+
+
+def format_lock(flavour: Target, inputs: str, entries: Iterable[LockEntry]) -> str:
+    source = flavour.wheel_source
+    lines = [
+        f"# {GENERATED_MARK} (`./build.py lock`) from matrix.yaml and the wheel source. Do not edit this",
+        f"# file: regenerate it with `./build.py lock {flavour.tag}`.",
+        f"# flavour: {flavour.tag} (python {flavour.python}, {flavour.abi.value}, wheel source {source.name})",
+        f"# requirements: {' '.join(flavour.requirements)}",
+        f"# inputs: {inputs}",
+        "# The image installs it with: pip install --require-hashes --only-binary=:all: -r requirements.lock",
+    ]
+    lines.extend(entry.line() for entry in sorted(entries, key=lambda entry: entry.name))
+    return "\n".join(lines) + "\n"
+
+
+def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
+    """Parse a lock file; any line that is neither a comment nor a pin is an error naming file:line."""
+    inputs = None
+    entries = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if len(raw) > MAX_LOCK_LINE:  # before any regex: generated lines are ~200 characters
+            raise ConfigError(f"line of {len(raw)} characters, longer than any lock line", rule="lock-format",
+                              location=Location(where, number), hint="regenerate it with `./build.py lock`")
+        line = raw.strip()
+        match = _INPUTS_LINE.match(line)
+        if match:
+            inputs = match.group("inputs")
+            continue
+        if not line or line.startswith("#"):
+            continue
+        match = _LOCK_LINE.match(line)
+        if not match or not match.group("filename"):
+            raise ConfigError(f"not a lock line: {shown_value(raw, 100)}", location=Location(where, number),
+                              rule="lock-format",
+                              hint="locks are generated; regenerate it with `./build.py lock`")
+        entries.append(LockEntry(match.group("name"), match.group("version"), match.group("sha256"),
+                                 match.group("filename"), bool(match.group("local"))))
+    if inputs is None:
+        raise ConfigError("the lock has no `# inputs: sha256:...` header line", location=Location(where),
+                          rule="lock-format", hint="regenerate it with `./build.py lock`")
+    return Lock(inputs, tuple(entries))
+
+
+def read_lock(path: Path) -> Lock:
+    try:
+        text = userfiles.read_text(path, limit=userfiles.LOCK_LIMIT)
+    except ConfigError as error:
+        if error.rule != "file-exists":
+            raise  # a directory, fifo, binary or oversized file: named with its rule
+        raise Failure(f"{path} does not exist", rule="lock-exists",
+                      hint=f"run `./build.py lock {path.parent.name}`") from None
+    return parse_lock(text, str(path))
+
+
+def group_key(flavour: Target) -> tuple[str, str, str, WheelSource]:
+    """Flavours with the same key resolve together: they differ only by accelerator (and so by libtpu)."""
+    return flavour.python, flavour.abi.value, flavour.torch_xla, flavour.wheel_source
+
+
+def group_requirements(flavours: Iterable[Target], flavour: Target) -> tuple[str, ...]:
+    """The union of the requirements of `flavour`'s group among `flavours` (the whole plan)."""
+    key = group_key(flavour)
+    union = {pin for other in flavours if group_key(other) == key for pin in other.requirements}
+    union.update(flavour.requirements)
+    return tuple(sorted(union))
+
+
+def lock_inputs(flavour: Target, resolved_with: Sequence[str]) -> str:
+    """Hash of everything a lock is resolved from. Equal inputs, no reason to re-resolve."""
+    payload = {
+        "schema": LOCK_SCHEMA,
+        "requirements": list(flavour.requirements),
+        "resolved_with": sorted(resolved_with),
+        "python": flavour.python,
+        "platforms": list(PLATFORMS),
+        "wheel_source": flavour.wheel_source.to_json(),
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return f"sha256:{digest}"
+
+
+def unavailable_reason(site: Site, source: WheelSource, flavour: Target) -> str | None:
+    """Why the wheels of `source` cannot be resolved on this site, or None when they can (as far as we know)."""
+    wheelhouse = site.wheelhouse_path(source)
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        return (f"wheel source {source.name} reads the wheelhouse {wheelhouse}, which does not exist; build the "
+                f"wheels with {flavour.wheel_build.command} or point the source at existing wheels")
+    return None
