@@ -71,7 +71,7 @@ def main() -> None:
         print("build time:            n/a (--no-build; the image's inputs changed since it was built)")
 
     ref = names.local_ref(flavour.tag)
-    image = engine.image_inspect(ref)
+    image = engine.images.image_inspect(ref)
     if image is None:
         sys.exit(f"{ref} is not on the engine: build it first")
     _measure(flavour, ref, image, args.other)
@@ -95,7 +95,7 @@ def _print_build_times(plan, flavour, force: bool) -> None:
 
 def _measure(flavour, ref: str, image: dict, other: str | None) -> None:
     base_ref = image["Config"]["Labels"].get("org.opencontainers.image.base.name", "")
-    base = engine.image_inspect(base_ref) if base_ref else None
+    base = engine.images.image_inspect(base_ref) if base_ref else None
     venv = _venv_bytes(ref)
     if base is None:
         print(f"size overhead:         n/a (base image {base_ref!r} is not on the engine)")
@@ -128,7 +128,7 @@ def _recorded_build_seconds(log: Path | None) -> float | None:
 
 
 def _venv_bytes(ref: str) -> int:
-    run = engine.run_container(ref, ["du", "-sb", "/opt/venv"], role="bench")
+    run = engine.containers.run_container(ref, ["du", "-sb", "/opt/venv"], role="bench")
     if run.exit_code != 0:
         sys.exit(f"du in {ref} failed: {run.output}")
     return int(run.output.split()[0])
@@ -136,21 +136,21 @@ def _venv_bytes(ref: str) -> int:
 
 def _print_sharing(flavour, ref: str, base_ref: str, other: str | None) -> None:
     partner = f"{names.LOCAL_REPOSITORY}:{other}" if other else _same_python_partner(flavour, ref, base_ref)
-    layers = engine.image_layers(ref)
+    layers = engine.images.image_layers(ref)
     if partner is not None:
-        common = _common_prefix(layers, engine.image_layers(partner))
+        common = _common_prefix(layers, engine.images.image_layers(partner))
         shared = _prefix_bytes(ref, common)
         print(f"shared with {partner}: {shared / 1e9:.3f} GB in {common} layer(s) (stored once)")
         return
-    base_layers = len(engine.image_layers(base_ref)) if base_ref else 0
+    base_layers = len(engine.images.image_layers(base_ref)) if base_ref else 0
     shared = _prefix_bytes(ref, base_layers + 1)
     print(f"shared layers:         {shared / 1e9:8.3f} GB (base image + base stage, {base_layers + 1} layer(s)): "
           "what every other flavour of this python reuses; build one and pass --with TAG to measure a pair")
 
 
 def _same_python_partner(flavour, ref: str, base_ref: str) -> str | None:
-    me = engine.image_inspect(ref)["Id"]
-    for item in engine.images_labelled({"io.xla-images.python": flavour.python}):
+    me = engine.images.image_inspect(ref)["Id"]
+    for item in engine.images.images_labelled({"io.xla-images.python": flavour.python}):
         labels = item.get("Labels") or {}
         if item["Id"] == me or labels.get("org.opencontainers.image.base.name") != base_ref:
             continue
@@ -172,7 +172,7 @@ def _common_prefix(first: list[str], second: list[str]) -> int:
 def _prefix_bytes(ref: str, layer_count: int) -> int:
     """Size of the ancestor of `ref` made of exactly its first `layer_count` layers (classic builds keep
     their parent chain locally); its Size is the bytes of those layers."""
-    attrs = engine.image_inspect(ref)
+    attrs = engine.images.image_inspect(ref)
     best = 0
     while attrs is not None:
         count = len(attrs["RootFS"]["Layers"])
@@ -182,7 +182,7 @@ def _prefix_bytes(ref: str, layer_count: int) -> int:
             best = int(attrs["Size"])
             break
         parent = attrs.get("Parent")
-        attrs = engine.image_inspect(parent) if parent else None
+        attrs = engine.images.image_inspect(parent) if parent else None
     return best
 
 

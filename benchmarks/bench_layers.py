@@ -110,8 +110,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-layers-"))
     log = Log(work / "build.log")
     options = build.BuildOptions(wheelhouse=args.wheelhouse, reports_dir=work / "reports")
-    say(f"engine {engine.engine_version()}, buildx {engine.buildx_info().version} "
-        f"({engine.buildx_info().driver} driver); BuildKit: {engine.use_buildkit()}; logs in {work}")
+    say(f"engine {engine.connection.engine_version()}, buildx {engine.buildkit.buildx_info().version} "
+        f"({engine.buildkit.buildx_info().driver} driver); BuildKit: {engine.buildkit.use_buildkit()}; logs in {work}")
     registry = Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench")
     env = start_registry(args.port, work / "state")
     client = publish.RegistryClient(registry)
@@ -132,10 +132,10 @@ def main() -> int:
                     return 1
                 if "bake" in steps or tag == CPU:  # bake (no cache) and the tpu build make their own
                     prune_cache()
-            check = engine.run_container(local[CPU], ["python", "-c", "import torch, torch_xla; print("
+            check = engine.containers.run_container(local[CPU], ["python", "-c", "import torch, torch_xla; print("
                                                       "torch.__version__, torch_xla.__version__)"], role="bench")
             say(f"import check in {CPU}: exit {check.exit_code}: {check.output.strip()[-200:]}")
-            cpu, tpu = engine.image_layers(local[CPU]), engine.image_layers(local[TPU])
+            cpu, tpu = engine.images.image_layers(local[CPU]), engine.images.image_layers(local[TPU])
             say(f"cpu/tpu layers: {len(cpu)} / {len(tpu)}, shared {sum(1 for layer in tpu if layer in cpu)} "
                 f"(diff ids; the split's per-group sizes are in the build log lines above)")
         if "push" in steps:
@@ -169,14 +169,15 @@ def main() -> int:
             target = cigen.bake_target_name(flavours[CPU])
             bake_ref = f"xla-images-bench-bake:{CPU}"
             started = time.monotonic()
-            engine.bake([REPO / cigen.BAKE_FILE, override], [target], lambda line: log.handle.write(line + "\n"), no_cache=True,
+            engine.buildkit.bake([REPO / cigen.BAKE_FILE, override], [target],
+                                 lambda line: log.handle.write(line + "\n"), no_cache=True,
                         overrides=[f"{target}.tags={bake_ref}"])
             say(f"bake --no-cache of {CPU}: {time.monotonic() - started:.0f} s")
-            before, after = engine.image_layers(local[CPU]), engine.image_layers(bake_ref)
+            before, after = engine.images.image_layers(local[CPU]), engine.images.image_layers(bake_ref)
             equal = sum(1 for old, new in zip(before, after) if old == new)
             say(f"rebuild digest equality: {equal}/{len(before)} layers equal "
                 f"({100 * equal / len(before):.0f}%, goal 100%), layer counts {len(before)}/{len(after)}")
-            engine.remove_tag(bake_ref)
+            engine.images.remove_tag(bake_ref)
         if "single" in steps:
             # Side by side in one run: the runtime stage of each layout built again from the same cached wheels
             # stage (--no-cache-filter runtime); the single-layer image pushed, and pulled cold in the pull step.
@@ -187,22 +188,22 @@ def main() -> int:
                 runtime_image(plan, flavours[CPU], work / layout, ref, args.wheelhouse, log,
                               single_layer=layout == "single-layer")
                 say(f"{layout} build of {CPU}, runtime stage (wheels stage from cache): "
-                    f"{time.monotonic() - started:.0f} s, {len(engine.image_layers(ref))} layers")
+                    f"{time.monotonic() - started:.0f} s, {len(engine.images.image_layers(ref))} layers")
             # The layered layout's cold push is the push step's first one (an empty registry); the single layer
             # is new to the registry whatever it already holds (only the base layer is shared).
             single_env = start_registry(single_port, work / "single-state")
             cold = Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-single-layer")
-            engine.tag_image(single_ref, cold.name, CPU)
+            engine.images.tag_image(single_ref, cold.name, CPU)
             started = time.monotonic()
-            engine.push_image(cold.name, CPU, None)
+            engine.transfer.push_image(cold.name, CPU, None)
             say(f"single-layer push (its layer is new to the registry): {time.monotonic() - started:.1f} s")
-            engine.remove_tag(cold.ref(CPU))
-            kept = engine.image_inspect(local[CPU])["Id"]  # the rebuilt layered image may be that very image
+            engine.images.remove_tag(cold.ref(CPU))
+            kept = engine.images.image_inspect(local[CPU])["Id"]  # the rebuilt layered image may be that very image
             for ref in (layered_ref, single_ref):
-                image_id = engine.image_inspect(ref)["Id"]
-                engine.remove_tag(ref)
+                image_id = engine.images.image_inspect(ref)["Id"]
+                engine.images.remove_tag(ref)
                 if image_id != kept:
-                    engine.remove_image(image_id, force=True)
+                    engine.images.remove_image(image_id, force=True)
         if "pull" in steps and CPU in pushed:
             # Cold: neither flavour of the release is local, so every layer but the base comes over the wire.
             for tag in (CPU, TPU):
@@ -213,21 +214,21 @@ def main() -> int:
                 ref = (registry.ref(CPU) if layout == "layered" else
                        Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-{layout}").ref(CPU))
                 started = time.monotonic()
-                engine.pull_image(ref, None)
+                engine.transfer.pull_image(ref, None)
                 say(f"{layout} pull of {CPU}, cold: {time.monotonic() - started:.1f} s")
-                image_id = engine.image_inspect(ref)["Id"]
+                image_id = engine.images.image_inspect(ref)["Id"]
                 if layout == "layered":
-                    engine.tag_image(ref, names.LOCAL_REPOSITORY, CPU)
-                engine.remove_tag(ref)
+                    engine.images.tag_image(ref, names.LOCAL_REPOSITORY, CPU)
+                engine.images.remove_tag(ref)
                 if layout != "layered":
-                    engine.remove_image(image_id, force=True)
+                    engine.images.remove_image(image_id, force=True)
             if TPU in pushed:
                 started = time.monotonic()
-                engine.pull_image(registry.ref(TPU), None)
+                engine.transfer.pull_image(registry.ref(TPU), None)
                 say(f"layered pull of {TPU} after {CPU} (only what the tpu flavour adds is fetched): "
                     f"{time.monotonic() - started:.1f} s")
-                engine.tag_image(registry.ref(TPU), names.LOCAL_REPOSITORY, TPU)
-                engine.remove_tag(registry.ref(TPU))
+                engine.images.tag_image(registry.ref(TPU), names.LOCAL_REPOSITORY, TPU)
+                engine.images.remove_tag(registry.ref(TPU))
         if single_env is not None:
             stop_registry(single_env, work / "single-state")
             single_env = None
@@ -241,7 +242,7 @@ def main() -> int:
                 say(f"bootstrapped the python 3.13 base in {time.monotonic() - started:.0f} s")
             results = build.build_flavours(plan, [flavours[CPU313]], options, log)
             if results[0].outcome in (build.Outcome.BUILT, build.Outcome.SKIPPED):
-                c311, c313 = engine.image_layers(local[CPU]), engine.image_layers(local[CPU313])
+                c311, c313 = engine.images.image_layers(local[CPU]), engine.images.image_layers(local[CPU313])
                 say(f"3.13 cpu shares {sum(1 for layer in c313 if layer in c311)} of {len(c313)} layers with 3.11 cpu")
                 transfers = {}
                 started = time.monotonic()
@@ -266,21 +267,21 @@ def main() -> int:
                 stop_registry(single_env, work / "single-state")
             for tag, ref in local.items():
                 flavour = flavours[tag]
-                attrs = engine.image_inspect(ref)
+                attrs = engine.images.image_inspect(ref)
                 for name in flavour.tags:
-                    engine.remove_tag(names.local_ref(name))
+                    engine.images.remove_tag(names.local_ref(name))
                 if attrs is not None:
-                    engine.remove_image(attrs["Id"], force=True)
+                    engine.images.remove_image(attrs["Id"], force=True)
             shutil.rmtree(work / "bake", ignore_errors=True)
     return 0
 
 
 def remove_flavour_image(flavour) -> None:
-    attrs = engine.image_inspect(names.local_ref(flavour.tag))
+    attrs = engine.images.image_inspect(names.local_ref(flavour.tag))
     for name in flavour.tags:
-        engine.remove_tag(names.local_ref(name))
+        engine.images.remove_tag(names.local_ref(name))
     if attrs is not None:
-        engine.remove_image(attrs["Id"], force=True)
+        engine.images.remove_image(attrs["Id"], force=True)
 
 
 def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | None, log: Log, *,
@@ -298,15 +299,15 @@ def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | Non
         (context / "Dockerfile").write_text("\n".join(merged) + "\n")
     args = {"BASE_IMAGE": build.choose_base(flavour.python, flavour.base_image), "FLAVOUR_ID": flavour.id,
             "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)}
-    builder = engine.BuildKitBuild(context, args, secrets=build_context.context_secrets(context))
+    builder = engine.buildkit.BuildKitBuild(context, args, secrets=build_context.context_secrets(context))
     with tempfile.TemporaryDirectory(prefix="bench-iid-") as scratch:
         iidfile = Path(scratch) / "iid"
         command = builder.command(iidfile)
         command[-1:-1] = ["--no-cache-filter", names.RUNTIME_STAGE]
-        errors = engine.run_buildx(command, lambda line: log.handle.write(line + "\n"))
+        errors = engine.buildkit.run_buildx(command, lambda line: log.handle.write(line + "\n"))
         if errors is not None:
             raise SystemExit(f"{ref}: {errors}")
-        engine.tag_image(iidfile.read_text().strip(), *ref.split(":"))
+        engine.images.tag_image(iidfile.read_text().strip(), *ref.split(":"))
 
 
 if __name__ == "__main__":

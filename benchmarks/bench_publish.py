@@ -64,7 +64,7 @@ def main() -> int:
     if image_id is None:
         print(f"{names.local_ref(flavour.tag)} is not built from the current inputs: run ./build.py build {flavour.tag}")
         return 2
-    attrs = engine.image_inspect(image_id) or {}
+    attrs = engine.images.image_inspect(image_id) or {}
     layers = len((attrs.get("RootFS") or {}).get("Layers") or [])
 
     state = Path(tempfile.mkdtemp(prefix="xla-images-bench-registry-"))
@@ -92,14 +92,14 @@ def main() -> int:
         push_warm = time.monotonic() - started
 
         for name in flavour.aliases:
-            engine.remove_tag(names.local_ref(name))
-        engine.remove_image(names.local_ref(flavour.tag))
+            engine.images.remove_tag(names.local_ref(name))
+        engine.images.remove_image(names.local_ref(flavour.tag))
         started = time.monotonic()
-        engine.pull_image(entry.ref, None)
+        engine.transfer.pull_image(entry.ref, None)
         pull_cold = time.monotonic() - started
         for name in flavour.tags:
-            engine.tag_image(entry.ref, names.LOCAL_REPOSITORY, name)
-        engine.remove_tag(entry.ref)
+            engine.images.tag_image(entry.ref, names.LOCAL_REPOSITORY, name)
+        engine.images.remove_tag(entry.ref)
         same = build.built_image_id(flavour) == image_id
     finally:
         if digest is not None and args.registry:

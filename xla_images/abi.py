@@ -1591,7 +1591,7 @@ def _extract_site_packages(image: str, scratch: Path) -> list[tuple[str, Path]]:
     for number, pattern in enumerate(SITE_PACKAGES_GLOBS):
         fixed, wildcard = _split_glob(pattern)
         try:
-            local = engine.extract_from_image(image, fixed, scratch / str(number))
+            local = engine.containers.extract_from_image(image, fixed, scratch / str(number))
         except Exception as error:  # noqa: BLE001 - sorted by the engine's rule, anything else propagates
             rule = getattr(error, "rule", None)
             if rule == "image-path-exists":

@@ -47,7 +47,7 @@ def in_ci() -> bool:
 def docker_engine():
     """The engine's client; skip (locally) or fail (CI) when none answers."""
     try:
-        return engine.client()
+        return engine.connection.client()
     except Failure as error:
         if in_ci():
             pytest.fail(f"CI needs a Docker engine: {error.message}")
@@ -77,29 +77,29 @@ def test_base(bootstrapped_base: base.BaseImage, session_id: str, tmp_path_facto
     context = tmp_path_factory.mktemp("test-base")
     (context / "Dockerfile").write_text(f"FROM {bootstrapped_base.ref}\nLABEL {SESSION_LABEL}={session_id}\n")
     ref = f"xla-images-test/base:{TEST_PYTHON}-{session_id}"
-    engine.build_directory(context, ref)
+    engine.classic.build_directory(context, ref)
     yield ref
     remove_session_images(session_id)
 
 
 def session_containers(session_id: str) -> list[dict]:
-    return engine.api().containers(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    return engine.connection.api().containers(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
 
 
 def session_dangling_images(session_id: str) -> list[dict]:
-    return engine.api().images(filters={"dangling": True, "label": f"{SESSION_LABEL}={session_id}"})
+    return engine.connection.api().images(filters={"dangling": True, "label": f"{SESSION_LABEL}={session_id}"})
 
 
 def remove_session_images(session_id: str) -> None:
     """Every image of this session: tagged ones by name (all their tags), then whatever is left."""
     problems = []
-    for item in engine.api().images(filters={"label": f"{SESSION_LABEL}={session_id}"}):
+    for item in engine.connection.api().images(filters={"label": f"{SESSION_LABEL}={session_id}"}):
         for name in item.get("RepoTags") or []:
             if name != "<none>:<none>":
-                engine.remove_tag(name)
-    for item in engine.api().images(filters={"label": f"{SESSION_LABEL}={session_id}"}):
+                engine.images.remove_tag(name)
+    for item in engine.connection.api().images(filters={"label": f"{SESSION_LABEL}={session_id}"}):
         try:
-            engine.remove_image(item["Id"], force=True)
+            engine.images.remove_image(item["Id"], force=True)
         except Failure as error:  # go on: one stuck image must not keep the others
             problems.append(error.message)
     assert not problems, problems
@@ -235,7 +235,7 @@ class Project:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def image_id(self, version: str) -> str | None:
-        attrs = engine.image_inspect(names.local_ref(self.flavour(version).tag))
+        attrs = engine.images.image_inspect(names.local_ref(self.flavour(version).tag))
         return None if attrs is None else str(attrs["Id"])
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,18 +15,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_base_has_labels_python_venv_and_shared_libpython(bootstrapped_base: base.BaseImage) -> None:
-    labels = engine.image_labels(bootstrapped_base.ref)
+    labels = engine.images.image_labels(bootstrapped_base.ref)
     assert labels == {base.PYTHON_LABEL: "3.11", base.SUITE_LABEL: "bookworm"}
     script = ("python3.11 -m venv /tmp/venv && /tmp/venv/bin/python -c 'import sys; print(sys.prefix)' && "
               "python3.11 -c 'import ctypes; ctypes.CDLL(\"libpython3.11.so.1.0\"); print(\"shared ok\")' && "
               "echo LANG=$LANG && if command -v gcc cc c++; then echo compiler; fi")
-    run = engine.run_container(bootstrapped_base.ref, ["sh", "-c", script], role="test")
+    run = engine.containers.run_container(bootstrapped_base.ref, ["sh", "-c", script], role="test")
     assert run.exit_code == 0, run.output
     lines = run.output.splitlines()
     assert lines[:3] == ["/tmp/venv", "shared ok", "LANG=C.UTF-8"]
     assert "compiler" not in run.output
     # apt's lists and downloaded packages were dropped from the rootfs
-    run = engine.run_container(bootstrapped_base.ref, ["sh", "-c", "ls /var/lib/apt/lists /var/cache/apt/archives"],
+    run = engine.containers.run_container(bootstrapped_base.ref,
+                                          ["sh", "-c", "ls /var/lib/apt/lists /var/cache/apt/archives"],
                                role="test")
     assert ".deb" not in run.output and "_Packages" not in run.output
 

@@ -36,7 +36,7 @@ def built(make_project):
 def test_build_tags_flavour_and_aliases_with_labels(built) -> None:
     plan = built.plan()
     for flavour in plan.flavours:
-        attrs = engine.image_inspect(names.local_ref(flavour.tag))
+        attrs = engine.images.image_inspect(names.local_ref(flavour.tag))
         assert attrs is not None, f"{names.local_ref(flavour.tag)} was not tagged"
         labels = attrs["Config"]["Labels"]
         assert labels[names.FLAVOUR_ID_LABEL] == flavour.id
@@ -45,7 +45,7 @@ def test_build_tags_flavour_and_aliases_with_labels(built) -> None:
         assert f"XLA_IMAGES_TORCH_XLA={flavour.torch_xla}" in attrs["Config"]["Env"]
         assert flavour.aliases, "the test matrix gives each flavour a minor alias"
         for alias in flavour.aliases:
-            assert engine.image_inspect(names.local_ref(alias))["Id"] == attrs["Id"]
+            assert engine.images.image_inspect(names.local_ref(alias))["Id"] == attrs["Id"]
         log = plan.root / "reports" / flavour.tag / "build.log"
         text = log.read_text()
         assert f"image {attrs['Id']}" in text and f"id {flavour.id}" in text
@@ -53,9 +53,8 @@ def test_build_tags_flavour_and_aliases_with_labels(built) -> None:
 
 def test_image_holds_the_locked_wheels(built) -> None:
     flavour = built.flavour(NEW)
-    run = engine.run_container(names.local_ref(flavour.tag),
-                               ["python", "-c", "import torch, torch_xla; print(torch.__version__, torch.MARKER)"],
-                               role="test")
+    probe = "import torch, torch_xla; print(torch.__version__, torch.MARKER)"
+    run = engine.containers.run_container(names.local_ref(flavour.tag), ["python", "-c", probe], role="test")
     assert run.exit_code == 0, run.output
     assert run.output.split() == [NEW, f"{built.wheel_marker}-torch-{NEW}"]
 
@@ -97,22 +96,22 @@ def test_changed_input_is_rebuilt_and_force_rebuilds(built, reporter, no_leaked_
     results = build.build_flavours(built.plan(), [changed], BuildOptions(), reporter)
     assert results[0].outcome is Outcome.BUILT
     assert built.image_id(OLD) != before
-    assert engine.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == changed.id
+    assert engine.images.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == changed.id
 
 
 def test_ca_bundle_is_in_no_layer_of_the_image(built) -> None:
     flavour = built.flavour(NEW)
     ca = built.ca_marker.encode()
     wheel = built.wheel_marker.encode()
-    found = _scan(engine.save_image_stream(names.local_ref(flavour.tag)), [ca, wheel])
+    found = _scan(engine.images.save_image_stream(names.local_ref(flavour.tag)), [ca, wheel])
     # Control: the scan does read the layers (the venv's torch carries the wheel marker).
     assert found[wheel], "layer scan did not find the wheel marker: the scan is broken"
     assert not found[ca], "the CA bundle's bytes are in a layer of the runtime image"
 
 
 def test_flavours_of_one_python_share_the_base_stage_layers(built, test_base: str) -> None:
-    old, new = (engine.image_layers(names.local_ref(built.flavour(version).tag)) for version in (OLD, NEW))
-    base_layers = engine.image_layers(test_base)
+    old, new = (engine.images.image_layers(names.local_ref(built.flavour(version).tag)) for version in (OLD, NEW))
+    base_layers = engine.images.image_layers(test_base)
     # The base image's layers plus the base stage's venv layer are one set of layers, stored once.
     shared = len(base_layers) + 1
     assert old[:len(base_layers)] == base_layers
@@ -169,7 +168,7 @@ def test_base_without_python_fails_with_the_dockerfiles_message(make_project, te
                                                                 tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_text(f"FROM {test_base}\nRUN rm /usr/bin/python3.11\n")
     no_python = f"xla-images-test/no-python:{session_id}"
-    engine.build_directory(tmp_path, no_python)
+    engine.classic.build_directory(tmp_path, no_python)
     project = make_project("8.80.0")
     project.use_base(no_python)
     results = build.build_flavours(project.plan(), project.flavours(), BuildOptions(), reporter)
@@ -235,7 +234,7 @@ def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, danglin
     assert "Traceback" not in stderr
     # The earlier good image keeps the tag; the interrupted build tagged nothing.
     assert project.image_id(version) == good
-    assert engine.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
+    assert engine.images.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
     assert not dangling_images()
 
 

@@ -15,18 +15,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _extract_containers() -> set[str]:
-    return set(engine.containers_created_by("extract"))
+    return set(engine.containers.containers_created_by("extract"))
 
 
 def test_extract_a_file_a_directory_and_a_symlink(bootstrapped_base, tmp_path: Path) -> None:
     before = _extract_containers()
-    copied = engine.extract_from_image(bootstrapped_base.ref, "/etc/debian_version", tmp_path / "file")
+    copied = engine.containers.extract_from_image(bootstrapped_base.ref, "/etc/debian_version", tmp_path / "file")
     assert copied == tmp_path / "file" / "debian_version"
     assert copied.read_text().startswith("12.")
-    folder = engine.extract_from_image(bootstrapped_base.ref, "/etc/apt/", tmp_path / "dir")
+    folder = engine.containers.extract_from_image(bootstrapped_base.ref, "/etc/apt/", tmp_path / "dir")
     assert folder == tmp_path / "dir" / "apt" and (folder / "sources.list.d").is_dir()
     # /etc/os-release is a symlink to ../usr/lib/os-release: the target's content lands under the link's name.
-    linked = engine.extract_from_image(bootstrapped_base.ref, "/etc/os-release", tmp_path / "link")
+    linked = engine.containers.extract_from_image(bootstrapped_base.ref, "/etc/os-release", tmp_path / "link")
     assert not linked.is_symlink() and "bookworm" in linked.read_text()
     assert _extract_containers() == before
 
@@ -34,17 +34,17 @@ def test_extract_a_file_a_directory_and_a_symlink(bootstrapped_base, tmp_path: P
 def test_extract_failures_are_failures_and_remove_the_container(bootstrapped_base, tmp_path: Path) -> None:
     before = _extract_containers()
     with pytest.raises(Failure) as missing_path:
-        engine.extract_from_image(bootstrapped_base.ref, "/no/such/file", tmp_path)
+        engine.containers.extract_from_image(bootstrapped_base.ref, "/no/such/file", tmp_path)
     assert missing_path.value.rule == "image-path-exists"
     with pytest.raises(Failure) as missing_image:
-        engine.extract_from_image("xla-images-test/no-such-image:0", "/etc", tmp_path)
+        engine.containers.extract_from_image("xla-images-test/no-such-image:0", "/etc", tmp_path)
     assert missing_image.value.rule == "image-exists"
     assert _extract_containers() == before
 
 
 def test_symlinks_pointing_out_of_the_copy_are_skipped(bootstrapped_base, tmp_path: Path) -> None:
     # /etc/alternatives holds absolute symlinks to /usr/bin/...: never created as links out of dest.
-    folder = engine.extract_from_image(bootstrapped_base.ref, "/etc/alternatives", tmp_path)
+    folder = engine.containers.extract_from_image(bootstrapped_base.ref, "/etc/alternatives", tmp_path)
     for path in folder.rglob("*"):
         if path.is_symlink():
             assert path.resolve().is_relative_to(tmp_path.resolve()), path
@@ -52,7 +52,8 @@ def test_symlinks_pointing_out_of_the_copy_are_skipped(bootstrapped_base, tmp_pa
 
 def test_no_engine_is_a_failure_naming_the_start_script(tmp_path: Path) -> None:
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", "from xla_images import engine; engine.client()"], env=env,
+    result = subprocess.run([sys.executable, "-c", "from xla_images.run import engine; engine.connection.client()"],
+                            env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "no Docker engine answers" in result.stderr and "ci/engine.sh start" in result.stderr

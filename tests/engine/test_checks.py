@@ -83,11 +83,11 @@ def build_checked_image(tmp_path: Path, name: str, flavour: Flavour, test_base: 
         (context / relative).write_bytes(data)
     (context / "Dockerfile").write_text(dockerfile(flavour, test_base, extra))
     ref = f"xla-images-test/checks-{name}:{os.getpid()}"
-    engine.build_directory(context, ref)
+    engine.classic.build_directory(context, ref)
     try:
         yield ref
     finally:
-        engine.remove_image(ref, force=True)
+        engine.images.remove_image(ref, force=True)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +114,8 @@ def planted_image(tmp_path_factory: pytest.TempPathFactory, flavour: Flavour, te
 
 
 def running_here(session_id: str) -> list[str]:
-    return [item["Id"] for item in engine.api().containers(all=True,
-                                                           filters={"label": f"{SESSION_LABEL}={session_id}"})]
+    ours = {"label": f"{SESSION_LABEL}={session_id}"}
+    return [item["Id"] for item in engine.connection.api().containers(all=True, filters=ours)]
 
 
 def statuses(result: checks.ChecksResult) -> dict[str, str]:

@@ -100,7 +100,7 @@ def real_flavour_names() -> Iterator[None]:
     if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
         (flavour,) = load_plan(REPO / "matrix.yaml").select((TAG,))
         for name in flavour.tags:
-            engine.remove_tag(names.local_ref(name))
+            engine.images.remove_tag(names.local_ref(name))
 
 
 @pytest.fixture
@@ -158,29 +158,30 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
 
         # Drop every local name and the image with its untagged build parents: the pull must move the layers.
         for name in flavour.aliases:
-            engine.remove_tag(names.local_ref(name))
-        engine.remove_image(image)
-        assert engine.image_inspect(image_id) is None
+            engine.images.remove_tag(names.local_ref(name))
+        engine.images.remove_image(image)
+        assert engine.images.image_inspect(image_id) is None
         with phases("pull"):
             pulled = cli("pull", "--abi", "cxx11", "--python", "3.11", "--accelerator", "cpu",
                          "--published", str(published))
         assert pulled.returncode == 0, pulled.stderr[-3000:]
-        pulled_attrs = engine.image_inspect(pulled_ref)
+        pulled_attrs = engine.images.image_inspect(pulled_ref)
         assert pulled_attrs is not None and pulled_attrs["Id"] == image_id  # bit for bit the image we tested
         for name in flavour.tags:
-            engine.tag_image(pulled_ref, names.LOCAL_REPOSITORY, name)
+            engine.images.tag_image(pulled_ref, names.LOCAL_REPOSITORY, name)
         assert build.built_image_id(flavour) == image_id
 
         with phases("run"):
-            ran = engine.run_container(pulled_ref, ["python", "-c", "import torch_xla; print(torch_xla.__version__)"],
-                                       role="e2e", options=engine.RunOptions(environment={"PJRT_DEVICE": "CPU"}),
-                                       timeout=600)
+            ran = engine.containers.run_container(
+                pulled_ref, ["python", "-c", "import torch_xla; print(torch_xla.__version__)"],
+                role="e2e", options=engine.containers.RunOptions(environment={"PJRT_DEVICE": "CPU"}),
+                timeout=600)
         assert ran.exit_code == 0, ran.output[-2000:]
         assert ran.output.strip().splitlines()[-1] == flavour.torch_xla
 
         with phases("downstream"):
-            engine.build_directory(REPO / "examples" / "downstream", downstream, buildargs={"BASE": pulled_ref})
-            app = engine.run_container(downstream, ["python", "/app/app.py"], role="e2e", timeout=600)
+            engine.classic.build_directory(REPO / "examples" / "downstream", downstream, buildargs={"BASE": pulled_ref})
+            app = engine.containers.run_container(downstream, ["python", "/app/app.py"], role="e2e", timeout=600)
         assert app.exit_code == 0, app.output[-2000:]
         assert "downstream app: torch 2.9.0" in app.output and "result 16.0" in app.output
         assert f"image {TAG}" in app.output
@@ -188,10 +189,10 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
         _restore_names(flavour, pulled_ref)
         if digest is not None:
             client.delete_manifest(digest)
-        engine.remove_image(downstream, force=True)
+        engine.images.remove_image(downstream, force=True)
         if pulled_ref is not None:
-            engine.remove_tag(pulled_ref)
-    leftovers = engine.api().containers(all=True, filters={"ancestor": image_id})
+            engine.images.remove_tag(pulled_ref)
+    leftovers = engine.connection.api().containers(all=True, filters={"ancestor": image_id})
     assert leftovers == [], f"containers left behind: {[item['Names'] for item in leftovers]}"
     # Timings are reported, never asserted (house rule: speed targets live in benchmarks/).
     phases.record("seconds_total", round(time.monotonic() - started, 1))
@@ -199,11 +200,11 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
 
 def _restore_names(flavour: Flavour, pulled_ref: str | None) -> None:
     """Whatever failed after the local names were dropped, give them back if the pulled image is here."""
-    if pulled_ref is None or engine.image_inspect(names.local_ref(flavour.tag)) is not None:
+    if pulled_ref is None or engine.images.image_inspect(names.local_ref(flavour.tag)) is not None:
         return
-    if engine.image_inspect(pulled_ref) is not None:
+    if engine.images.image_inspect(pulled_ref) is not None:
         for name in flavour.tags:
-            engine.tag_image(pulled_ref, names.LOCAL_REPOSITORY, name)
+            engine.images.tag_image(pulled_ref, names.LOCAL_REPOSITORY, name)
 
 
 BAKE_REPOSITORY = "xla-images-e2e-bake"
@@ -214,8 +215,8 @@ def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_a
     """The build of the test above is in the engine's build cache; --no-cache makes bake run every step again
     (pip installs every wheel anew), which is what an empty cache on another machine does, without pruning a
     cache other builds on this engine share."""
-    if not engine.use_buildkit():
-        pytest.fail(f"CI needs BuildKit for bake: {engine.buildx_info().problem}")
+    if not engine.buildkit.use_buildkit():
+        pytest.fail(f"CI needs BuildKit for bake: {engine.buildkit.buildx_info().problem}")
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))
     first = build.built_image_id(flavour)
@@ -226,15 +227,15 @@ def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_a
     try:
         with phases("bake"):
             override = baking.assemble_bake_contexts(plan, [flavour], tmp_path / "bake")
-            engine.bake([REPO / cigen.BAKE_FILE, override], [target], lines.append, no_cache=True,
-                        overrides=[f"{target}.tags={bake_ref}"])
+            engine.buildkit.bake([REPO / cigen.BAKE_FILE, override], [target], lines.append, no_cache=True,
+                                 overrides=[f"{target}.tags={bake_ref}"])
         cached = [line for line in lines if line.endswith(" CACHED")]
         assert len(cached) <= 2, f"--no-cache took steps from the cache: {cached}"  # FROM metadata only
-        built, baked = engine.image_layers(names.local_ref(flavour.tag)), engine.image_layers(bake_ref)
+        built, baked = engine.images.image_layers(names.local_ref(flavour.tag)), engine.images.image_layers(bake_ref)
         assert len(baked) == len(built)
         differing = [index for index, (old, new) in enumerate(zip(built, baked)) if old != new]
         assert not differing, f"layers {differing} of {len(built)} differ between build.py and bake --no-cache"
-        assert engine.image_labels(bake_ref)[names.FLAVOUR_ID_LABEL] == flavour.id
+        assert engine.images.image_labels(bake_ref)[names.FLAVOUR_ID_LABEL] == flavour.id
 
         reports = tmp_path / "reports"
         with phases("bake_test"):
@@ -249,7 +250,7 @@ def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_a
         assert checks_report["summary"]["failed"] == 0 and checks_report["summary"]["passed"] >= 14
         assert smoke_report["summary"]["failed"] == 0 and smoke_report["summary"]["error"] == 0
     finally:
-        attrs = engine.image_inspect(bake_ref)
-        engine.remove_tag(bake_ref)
+        attrs = engine.images.image_inspect(bake_ref)
+        engine.images.remove_tag(bake_ref)
         if attrs is not None and attrs["Id"] != first:
-            engine.remove_if_unnamed(attrs["Id"])
+            engine.images.remove_if_unnamed(attrs["Id"])

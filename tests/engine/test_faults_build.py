@@ -34,7 +34,7 @@ def _env(**extra: str) -> dict[str, str]:
 def dangling_since(session_id: str) -> Callable[[], list[str]]:
     """Untagged childless images of this session that appear from now on (what a build must not leave)."""
     def now() -> set[str]:
-        return {item["Id"] for item in engine.api().images(
+        return {item["Id"] for item in engine.connection.api().images(
             filters={"dangling": True, "label": f"{SESSION_LABEL}={session_id}"})}
 
     before = now()
@@ -42,7 +42,7 @@ def dangling_since(session_id: str) -> Callable[[], list[str]]:
 
 
 def session_containers(session_id: str) -> list[dict]:
-    return engine.api().containers(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    return engine.connection.api().containers(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
 
 
 def in_ci() -> bool:
@@ -82,7 +82,7 @@ def _untag(project) -> None:
     """Drop the flavour's names (the image goes, its cached steps stay): the next build is a cached one."""
     flavour = project.flavour(VERSION)
     for name in flavour.tags:
-        engine.remove_tag(names.local_ref(name))
+        engine.images.remove_tag(names.local_ref(name))
     assert project.image_id(VERSION) is None
 
 
@@ -120,7 +120,7 @@ def test_a_build_waits_while_another_run_holds_its_flavour(project, session_id, 
     _, err = _finish(waiting)
     assert waiting.returncode == 0, err
     assert f"{flavour.tag}: another build of it is running (pid {holder.pid}); waiting" in err, err
-    labels = engine.image_labels(names.local_ref(flavour.tag))
+    labels = engine.images.image_labels(names.local_ref(flavour.tag))
     assert labels is not None and labels[names.FLAVOUR_ID_LABEL] == flavour.id
 
 
@@ -141,10 +141,10 @@ def test_two_builds_of_one_flavour_at_once_end_with_one_build_and_the_right_imag
     for run, (_, err) in zip(runs, results):
         assert run.returncode == 0, err
     assert sum("up to date" in err for _, err in results) >= 1  # the later one did not build it again
-    labels = engine.image_labels(names.local_ref(flavour.tag))
+    labels = engine.images.image_labels(names.local_ref(flavour.tag))
     assert labels is not None and labels[names.FLAVOUR_ID_LABEL] == flavour.id
     for alias in flavour.aliases:
-        assert engine.image_inspect(names.local_ref(alias))["Id"] == project.image_id(VERSION)
+        assert engine.images.image_inspect(names.local_ref(alias))["Id"] == project.image_id(VERSION)
     assert log.read_text(encoding="utf-8").count(f"flavour {flavour.tag} id") == 1  # one writer only
     assert not dangling_images()
 
@@ -201,7 +201,7 @@ def test_full_tmpdir_while_writing_the_build_context(project, session_id, full_d
 
     retry = _run(project, "build", flavour.tag)  # the same build with room to write: it completes
     assert retry.returncode == 0, retry.stderr
-    assert engine.image_labels(names.local_ref(flavour.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
+    assert engine.images.image_labels(names.local_ref(flavour.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
 
 
 def test_full_reports_disk_stops_the_build_naming_the_log(project, session_id, full_disk: Path,

@@ -48,7 +48,7 @@ def project(tmp_path: Path) -> Iterator[Project]:
     created = make_project(tmp_path / "project")
     build_image(tmp_path / "ctx", created.flavour, (6, 6))
     yield created
-    engine.remove_image(names.local_ref(created.flavour.tag), force=True)
+    engine.images.remove_image(names.local_ref(created.flavour.tag), force=True)
 
 
 def push(project: Project, proxy: FaultProxy, timeout: float = 150) -> subprocess.CompletedProcess[str]:
@@ -199,7 +199,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
     assert push(project, proxy).returncode == 0
     digest = published_flavours(project, registry)[project.flavour.tag]["digest"]
     ref = f"{proxy.address}/{REPOSITORY}@{digest}"
-    image_id = engine.image_inspect(names.local_ref(project.flavour.tag))["Id"]
+    image_id = engine.images.image_inspect(names.local_ref(project.flavour.tag))["Id"]
 
     # Re-verifying the published digest meets a 503 and a 500: retried, then answered.
     proxy.add(Fault("status", method="HEAD", path="/manifests/", status=503),
@@ -212,18 +212,18 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
         # A layer download cut half-way: dockerd fetches it again; the very image that was built arrives.
         # Opt-in: in two full CI runs dockerd 26 never retried such a download (no log line for 5 minutes,
         # then "context canceled"); run alone, or with this module, it recovers in seconds every time.
-        engine.remove_image(names.local_ref(project.flavour.tag), force=True)
+        engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
         proxy.add(Fault("reset", method="GET", path="/blobs/sha256:", direction="response", after_bytes=1 << 20))
         try:
             pulled = project.cli("pull", "--python", "3.11", timeout=300)
             assert pulled.returncode == 0, pulled.stderr
             assert pulled.stdout.strip() == ref
             assert "reset" in proxy.fired_kinds()
-            assert engine.image_inspect(ref)["Id"] == image_id
+            assert engine.images.image_inspect(ref)["Id"] == image_id
         finally:
-            engine.remove_image(ref, force=True)
+            engine.images.remove_image(ref, force=True)
     else:
-        engine.remove_image(names.local_ref(project.flavour.tag), force=True)
+        engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
 
     # A registry that answers nothing but 503: resolve warns and still gives the recorded (immutable)
     # digest; pull fails clearly. (resolve --registry then fails naming the attempts: a unit test.)
@@ -235,4 +235,4 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
     assert pull_down.returncode == 1 and "pull of" in pull_down.stderr, pull_down.stderr
     for result in (down, pull_down):
         assert "Traceback" not in result.stderr
-    assert engine.image_inspect(ref) is None
+    assert engine.images.image_inspect(ref) is None

@@ -40,8 +40,8 @@ class _Quiet:
 @pytest.fixture(scope="module")
 def pair(make_project):
     """The tpu and cpu flavours of one release, built together (two at a time) through BuildKit."""
-    if not engine.use_buildkit():
-        pytest.skip(f"BuildKit is not usable here: {engine.buildx_info().problem}")
+    if not engine.buildkit.use_buildkit():
+        pytest.skip(f"BuildKit is not usable here: {engine.buildkit.buildx_info().problem}")
     project = make_project(RELEASE, accelerators=("tpu", "cpu"), payload=b"x" * (1 << 20))
     plan = project.plan()
     results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), _Quiet())
@@ -50,12 +50,12 @@ def pair(make_project):
 
 
 def _layers(project, accelerator: str) -> list[str]:
-    return engine.image_layers(names.local_ref(project.flavour(RELEASE, accelerator).tag))
+    return engine.images.image_layers(names.local_ref(project.flavour(RELEASE, accelerator).tag))
 
 
 def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None:
     cpu, tpu = _layers(pair, "cpu"), _layers(pair, "tpu")
-    base = engine.image_layers(test_base)
+    base = engine.images.image_layers(test_base)
     assert cpu[:len(base)] == tpu[:len(base)] == base
     only_tpu = [layer for layer in tpu if layer not in cpu]
     assert len(only_tpu) == 1, f"tpu has {len(only_tpu)} layers cpu lacks: {only_tpu}"
@@ -68,7 +68,7 @@ def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None
     assert "layer torch-any: " in log and "wheel(s): torch\n" in log.replace("\r", "")
     # torch (python-independent here) lives under /opt/xla-images/any; site-packages links to it, and the
     # top-level modules of both groups import, their .pyc files in the one site-packages/__pycache__.
-    run = engine.run_container(names.local_ref(pair.flavour(RELEASE, "tpu").tag), ["python", "-c", (
+    run = engine.containers.run_container(names.local_ref(pair.flavour(RELEASE, "tpu").tag), ["python", "-c", (
         "import torch, torch_top, torch_xla_top, libtpu, os, importlib.metadata as m;"
         "print(os.path.realpath(torch.__file__), m.version('torch'), torch_top.NAME, torch_xla_top.NAME)")],
         role="test")
@@ -91,28 +91,28 @@ def test_rebuild_from_no_cache_gives_the_same_layer_digests(pair) -> None:
 
 def test_no_layer_holds_the_ca_or_the_pip_settings(pair) -> None:
     flavour = pair.flavour(RELEASE, "tpu")
-    found = _scan(engine.save_image_stream(names.local_ref(flavour.tag)),
+    found = _scan(engine.images.save_image_stream(names.local_ref(flavour.tag)),
                   [pair.ca_marker.encode(), b"no-index = true", pair.wheel_marker.encode()])
     assert found[pair.wheel_marker.encode()], "control: the scan must see the wheels' bytes"
     assert not found[pair.ca_marker.encode()], "the CA bundle (a BuildKit secret) reached a layer"
     assert not found[b"no-index = true"], "pip.conf (a BuildKit secret) reached a layer"
-    history = json.dumps(engine.image_history(names.local_ref(flavour.tag)))
+    history = json.dumps(engine.images.image_history(names.local_ref(flavour.tag)))
     assert pair.ca_marker not in history and "pip.conf" not in history.replace("id=pip.conf", "")
 
 
 def test_classic_builder_still_builds_a_flavour(make_project, monkeypatch, dangling_images,
                                                no_leaked_containers) -> None:
-    monkeypatch.setenv(engine.BUILDER_ENV, "classic")
+    monkeypatch.setenv(engine.buildkit.BUILDER_ENV, "classic")
     project = make_project("8.92.0")
     flavour = project.flavour("8.92.0")
     results = build.build_flavours(project.plan(), [flavour], BuildOptions(), _Quiet())
     assert results[0].outcome is Outcome.BUILT, results[0].message
     log = results[0].log.read_text()
     assert "builder: classic" in log and "Successfully built" in log
-    found = _scan(engine.save_image_stream(names.local_ref(flavour.tag)), [project.ca_marker.encode()])
+    found = _scan(engine.images.save_image_stream(names.local_ref(flavour.tag)), [project.ca_marker.encode()])
     assert not found[project.ca_marker.encode()]
-    run = engine.run_container(names.local_ref(flavour.tag), ["python", "-c", "import torch_xla, xla_smoke"],
-                               role="test")
+    run = engine.containers.run_container(names.local_ref(flavour.tag), ["python", "-c", "import torch_xla, xla_smoke"],
+                                          role="test")
     assert run.exit_code == 0, run.output
     assert not dangling_images()
 

@@ -96,9 +96,9 @@ def test_promote_streams_blobs_between_registries_and_verifies_the_digest(regist
     # What the destination holds is a real image: the engine pulls it by digest.
     ref = f"{production.host}/prod1@{image.digest}"
     try:
-        engine.pull_image(ref, None)
+        engine.transfer.pull_image(ref, None)
     finally:
-        engine.remove_image(ref, force=True)
+        engine.images.remove_image(ref, force=True)
 
 
 def test_promote_within_one_registry_mounts_every_blob(registries, tmp_path: Path) -> None:

@@ -104,9 +104,9 @@ def test_prune_keeps_the_newest_and_the_protected_then_collects_exactly_the_rest
     for image in (nights["20200102"], overwritten):
         ref = f"{registry.host}/{repo}@{image.digest}"
         try:
-            engine.pull_image(ref, None)  # the protected images survive the collection, whole
+            engine.transfer.pull_image(ref, None)  # the protected images survive the collection, whole
         finally:
-            engine.remove_image(ref, force=True)
+            engine.images.remove_image(ref, force=True)
 
 
 def _cosign_tag(digest: str) -> str:

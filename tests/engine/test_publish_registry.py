@@ -80,18 +80,19 @@ def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...]) -> 
         lines.append(f"COPY blob{index} /blob{index}")
     lines.append(f"LABEL {names.FLAVOUR_ID_LABEL}={flavour.id} io.xla-images.tag={flavour.tag}")
     (context / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return engine.build_directory(context, names.local_ref(flavour.tag))
+    return engine.classic.build_directory(context, names.local_ref(flavour.tag))
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
     created = make_project(tmp_path / "project")
     yield created
-    engine.remove_image(names.local_ref(created.flavour.tag), force=True)
+    engine.images.remove_image(names.local_ref(created.flavour.tag), force=True)
 
 
 def registry_named_images(host: str) -> list[str]:
-    return [tag for image in engine.api().images() for tag in image.get("RepoTags") or [] if tag.startswith(host)]
+    return [tag for image in engine.connection.api().images() for tag in image.get("RepoTags") or []
+            if tag.startswith(host)]
 
 
 def assert_no_secret(*texts: str) -> None:
@@ -140,17 +141,17 @@ def test_push_verifies_every_tag_then_resolve_and_pull_by_digest(project: Projec
     assert resolved.returncode == 0, resolved.stderr
     assert resolved.stdout.strip() == f"{target}@{digest}"
 
-    engine.remove_image(names.local_ref(project.flavour.tag), force=True)
-    assert engine.image_inspect(image_id) is None
+    engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
+    assert engine.images.image_inspect(image_id) is None
     pulled = project.cli("pull", "--python", "3.11")
     try:
         assert pulled.returncode == 0, pulled.stderr
         assert pulled.stdout.strip() == f"{target}@{digest}"
-        attrs = engine.image_inspect(f"{target}@{digest}")
+        attrs = engine.images.image_inspect(f"{target}@{digest}")
         assert attrs is not None and attrs["Id"] == image_id  # the very image that was built
         assert_no_secret(pulled.stdout, pulled.stderr)
     finally:
-        engine.remove_image(f"{target}@{digest}", force=True)
+        engine.images.remove_image(f"{target}@{digest}", force=True)
 
 
 def test_registry_killed_mid_push_leaves_no_tag_then_a_second_push_completes(
@@ -203,7 +204,7 @@ def test_wrong_image_is_refused_before_anything_is_pushed(project: Project, regi
     context.mkdir()
     (context / "x").write_text("x")
     (context / "Dockerfile").write_text(f"FROM scratch\nCOPY x /x\nLABEL {names.FLAVOUR_ID_LABEL}=sha256:{'0' * 64}\n")
-    engine.build_directory(context, names.local_ref(project.flavour.tag))
+    engine.classic.build_directory(context, names.local_ref(project.flavour.tag))
 
     result = project.cli("push", project.flavour.tag, "--registry", f"{registry.host}/xla-images")
 

@@ -70,9 +70,9 @@ def project(make_project, registry: RegistryProcess):
     yield created
     for flavour in plan.flavours:
         for tag in flavour.tags:
-            engine.remove_tag(names.local_ref(tag))
+            engine.images.remove_tag(names.local_ref(tag))
     for entry in json.loads((created.root / "published.json").read_text())["flavours"].values():
-        engine.remove_image(entry["ref"], force=True)
+        engine.images.remove_image(entry["ref"], force=True)
 
 
 class _Quiet:
@@ -96,7 +96,7 @@ def cli(project, *args: str, env: dict[str, str] | None = None) -> subprocess.Co
 
 
 def in_container(image: str, *command: str) -> str:
-    run = engine.run_container(image, list(command), role="sbom-test", timeout=120)
+    run = engine.containers.run_container(image, list(command), role="sbom-test", timeout=120)
     assert run.exit_code == 0, run.output
     return run.output
 
@@ -129,7 +129,7 @@ def test_sbom_of_a_real_image_lists_its_dpkg_packages_venv_and_locked_hashes(pro
     assert pypi["torch-xla"]["hashes"] == [{"alg": "SHA-256", "content": lock["torch-xla"].sha256}]
     assert pypi["torch"]["version"] == SIGNED and "hashes" not in pypi["pip"]
     root = document["metadata"]["component"]
-    assert root["version"] == engine.image_inspect(image)["Id"]
+    assert root["version"] == engine.images.image_inspect(image)["Id"]
     assert "warning" not in result.stderr  # every locked wheel is installed at its locked version
 
 
@@ -176,11 +176,11 @@ def test_sign_then_resolve_and_pull_verify_and_the_sbom_attestation_verifies(pro
                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert raw.returncode == 0, raw.stderr
 
-    engine.remove_image(entry["ref"], force=True)  # so the pull has to fetch it
-    engine.remove_tag(names.local_ref(flavour.tag))
+    engine.images.remove_image(entry["ref"], force=True)  # so the pull has to fetch it
+    engine.images.remove_tag(names.local_ref(flavour.tag))
     pulled = cli(project, "pull", "--torch-xla", SIGNED, "--verify", "--key", str(keys["ours.pub"]))
     assert pulled.returncode == 0, pulled.stderr
-    assert engine.image_inspect(entry["ref"]) is not None
+    assert engine.images.image_inspect(entry["ref"]) is not None
 
 
 def test_another_key_is_refused(project, keys) -> None:
@@ -196,16 +196,16 @@ def test_another_key_is_refused(project, keys) -> None:
 def test_unsigned_image_is_refused_and_never_pulled(project, keys) -> None:
     flavour = project.flavour(UNSIGNED)
     ref = published(project)[flavour.tag]["ref"]
-    engine.remove_image(ref, force=True)
+    engine.images.remove_image(ref, force=True)
     for tag in flavour.tags:
-        engine.remove_tag(names.local_ref(tag))
-    assert engine.image_inspect(ref) is None
+        engine.images.remove_tag(names.local_ref(tag))
+    assert engine.images.image_inspect(ref) is None
 
     for command in ("resolve", "pull"):
         result = cli(project, command, "--torch-xla", UNSIGNED, "--verify", "--key", str(keys["ours.pub"]))
         assert result.returncode == 1 and result.stdout == "", result.stderr
         assert f"refusing {ref}: it is not signed" in result.stderr
-    assert engine.image_inspect(ref) is None
+    assert engine.images.image_inspect(ref) is None
     # Without --verify nothing changes for those who do not ask.
     assert cli(project, "resolve", "--torch-xla", UNSIGNED).returncode == 0
 
@@ -218,11 +218,11 @@ def test_a_different_image_behind_the_tag_is_refused(project, keys, registry, tm
     # Someone re-pushes another image under the signed flavour's tag.
     (tmp_path / "payload").write_bytes(os.urandom(1024))
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY payload /payload\n")
-    image_id = engine.build_directory(tmp_path, f"{target(registry)}:{flavour.tag}")
+    image_id = engine.classic.build_directory(tmp_path, f"{target(registry)}:{flavour.tag}")
     try:
-        engine.push_image(target(registry), flavour.tag, None)
+        engine.transfer.push_image(target(registry), flavour.tag, None)
     finally:
-        engine.remove_image(image_id, force=True)
+        engine.images.remove_image(image_id, force=True)
     tampered = registry.digest(REPOSITORY, flavour.tag)
     assert tampered is not None, f"{flavour.tag} is not in the registry"
     assert f"{target(registry)}@{tampered}" != signed_ref
@@ -237,7 +237,7 @@ def test_a_different_image_behind_the_tag_is_refused(project, keys, registry, tm
                   f"sha256-{tampered.removeprefix('sha256:')}.sig")
     copied = cli(project, "pull", "--registry", target(registry), "--torch-xla", SIGNED, "--verify", "--key", pub)
     assert copied.returncode == 1 and "signature was made for another digest" in copied.stderr
-    assert engine.image_inspect(f"{target(registry)}@{tampered}") is None
+    assert engine.images.image_inspect(f"{target(registry)}@{tampered}") is None
 
     # published.json still names the signed digest, which pulling by digest gets, whatever the tag says...
     recorded = cli(project, "resolve", "--torch-xla", SIGNED, "--verify", "--key", pub)

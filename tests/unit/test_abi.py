@@ -519,7 +519,7 @@ def test_unknown_image_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None
     def no_image(image: str, container_path: str, dest: Path) -> Path:
         raise Failure(f"image {image} is not on this engine", rule="image-exists")
 
-    monkeypatch.setattr(engine, "extract_from_image", no_image)
+    monkeypatch.setattr(engine.containers, "extract_from_image", no_image)
     with pytest.raises(ConfigError, match="neither an existing path nor an image"):
         abi.inspect_target("no-such-image:1")
 
@@ -533,7 +533,7 @@ def test_image_without_site_packages_is_a_usage_error(monkeypatch: pytest.Monkey
         asked.append(container_path)
         raise Failure(f"{container_path} does not exist in image {image}", rule="image-path-exists")
 
-    monkeypatch.setattr(engine, "extract_from_image", nothing_there)
+    monkeypatch.setattr(engine.containers, "extract_from_image", nothing_there)
     with pytest.raises(ConfigError, match="no python site-packages"):
         abi.check_target("bare-image:1")
     assert asked == ["/opt/venv/lib", "/usr/local/lib", "/usr/lib/python3/dist-packages"]
@@ -545,7 +545,7 @@ def test_engine_failures_other_than_missing_paths_propagate(monkeypatch: pytest.
     def engine_down(image: str, container_path: str, dest: Path) -> Path:
         raise Failure("no Docker engine answers", rule="engine-reachable")
 
-    monkeypatch.setattr(engine, "extract_from_image", engine_down)
+    monkeypatch.setattr(engine.containers, "extract_from_image", engine_down)
     with pytest.raises(Failure, match="no Docker engine"):
         abi.inspect_image("any:1")
 

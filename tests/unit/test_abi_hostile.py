@@ -442,7 +442,7 @@ def test_image_that_does_not_exist_is_a_usage_error(monkeypatch: pytest.MonkeyPa
     def no_image(image: str, container_path: str, dest: Path) -> Path:
         raise Failure(f"image {image} is not on this engine", rule="image-exists")
 
-    monkeypatch.setattr(engine, "extract_from_image", no_image)
+    monkeypatch.setattr(engine.containers, "extract_from_image", no_image)
     for command in ("inspect", "check"):
         assert_usage_error(cli(command, "no-such-image:1"), "no-such-image:1")
         assert_usage_error(cli(command, "./no-such-dir"), "does not exist", rule=abi.RULE_PATH)
@@ -474,7 +474,7 @@ def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
     def must_not_be_called(*arguments: object) -> Path:
         raise AssertionError("the engine was asked about a malformed reference")
 
-    monkeypatch.setattr(engine, "extract_from_image", must_not_be_called)
+    monkeypatch.setattr(engine.containers, "extract_from_image", must_not_be_called)
     for command in ("inspect", "check"):
         assert_usage_error(cli(command, "--", target), "valid image reference", rule=abi.RULE_IMAGE)
 

@@ -26,7 +26,7 @@ REGISTRY = Registry.parse("127.0.0.1:5999/xla-images")
 # --- push retried on a transient answer --------------------------------------------------------------------
 
 class FlakyPush:
-    """engine.push_image failing with `errors` one after another, then answering DIGEST."""
+    """engine.transfer.push_image failing with `errors` one after another, then answering DIGEST."""
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = list(errors)
@@ -51,8 +51,9 @@ class FlakyPush:
 def flaky(monkeypatch: pytest.MonkeyPatch):
     def make(errors: list[str]) -> FlakyPush:
         fake = FlakyPush(errors)
-        for name in ("push_image", "tag_image", "remove_tag"):
-            monkeypatch.setattr(engine, name, getattr(fake, name))
+        for module, name in ((engine.transfer, "push_image"), (engine.images, "tag_image"),
+                             (engine.images, "remove_tag")):
+            monkeypatch.setattr(module, name, getattr(fake, name))
         return fake
     return make
 

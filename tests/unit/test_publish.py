@@ -252,8 +252,9 @@ def flavour() -> Target:
 
 
 def patch_engine(monkeypatch: pytest.MonkeyPatch, fake: FakeEngine) -> None:
-    for name in ("image_labels", "tag_image", "remove_tag", "push_image"):
-        monkeypatch.setattr(engine, name, getattr(fake, name))
+    for module, name in ((engine.images, "image_labels"), (engine.images, "tag_image"),
+                         (engine.images, "remove_tag"), (engine.transfer, "push_image")):
+        monkeypatch.setattr(module, name, getattr(fake, name))
 
 
 def good_labels(flavour: Target) -> dict[str, str]:

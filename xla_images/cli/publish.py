@@ -127,8 +127,8 @@ def pull(resolved: resolving.Resolved) -> None:
     registry = resolving.registry_of(resolved.ref)
     credentials = publish.load_credentials(registry.host)
     with publish.redacting(credentials):
-        image_id = engine.pull_image(resolved.ref, credentials.auth_config(registry.host) if credentials else None,
-                                     _say)
+        auth = credentials.auth_config(registry.host) if credentials else None
+        image_id = engine.transfer.pull_image(resolved.ref, auth, _say)
     _say(f"pulled {resolved.ref} as image {image_id}")
     click.echo(resolved.ref)
 

@@ -68,7 +68,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
     if flavour is None:
         from ..run import engine
 
-        labelled = (engine.image_labels(image) or {}).get(TAG_LABEL)
+        labelled = (engine.images.image_labels(image) or {}).get(TAG_LABEL)
         flavour = flavour_of(plan, labelled) if labelled else None
     made = image_sbom(plan, flavour, image, subject)
     if output is None:

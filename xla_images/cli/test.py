@@ -94,7 +94,7 @@ def _built_image(flavour: Target) -> str:
     from ..run import engine
 
     image = local_ref(flavour.tag)
-    labels = engine.image_labels(image)
+    labels = engine.images.image_labels(image)
     if labels is None:
         raise Failure(f"{image} is not built", rule="image-built", hint=f"build it: `build.py build {flavour.tag}`")
     return image

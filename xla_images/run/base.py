@@ -97,10 +97,10 @@ def packages(python: str) -> list[str]:
 
 def find_base(python: str) -> BaseImage | None:
     """The bootstrapped base for `python` on this engine, if any (found by its labels, named by its tag)."""
-    labels = engine.image_labels(base_ref(python))
+    labels = engine.images.image_labels(base_ref(python))
     if labels is None or labels.get(PYTHON_LABEL) != python:
         return None
-    attrs = engine.image_inspect(base_ref(python)) or {}
+    attrs = engine.images.image_inspect(base_ref(python)) or {}
     return BaseImage(base_ref(python), str(attrs.get("Id", "")), python, labels.get(SUITE_LABEL, "?"),
                      int(attrs.get("Size", 0)))
 
@@ -127,7 +127,7 @@ def ensure_base(python: str, *, suite: str | None = None, mirror: str | None = N
         import_seconds = time.monotonic() - started
     finally:
         _remove_tree(workdir)
-    attrs = engine.image_inspect(base_ref(python)) or {}
+    attrs = engine.images.image_inspect(base_ref(python)) or {}
     result = BaseImage(base_ref(python), image_id, python, suite, int(attrs.get("Size", 0)),
                        bootstrap_seconds, import_seconds)
     say(f"{result.ref}: {result.size_bytes / 1e6:.0f} MB, debootstrap {bootstrap_seconds:.0f} s, "
@@ -188,7 +188,7 @@ def _import(rootfs: Path, python: str, suite: str, say: Say) -> str:
     with subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as tar:
         try:
-            image_id = engine.import_rootfs(_chunks(tar.stdout), repository, tag, changes)
+            image_id = engine.images.import_rootfs(_chunks(tar.stdout), repository, tag, changes)
         finally:
             tar.stdout.close()
             errors = tar.stderr.read().decode(errors="replace")

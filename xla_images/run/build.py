@@ -43,7 +43,7 @@ BUILD_LOG = "build.log"
 
 def built_image_id(flavour: Target) -> str | None:
     """The id of `xla-images:<tag>` if it was built from exactly this flavour's inputs, else None."""
-    attrs = engine.image_inspect(local_ref(flavour.tag))
+    attrs = engine.images.image_inspect(local_ref(flavour.tag))
     if attrs is None:
         return None
     labels = (attrs.get("Config") or {}).get("Labels") or {}
@@ -114,10 +114,10 @@ class BaseResolver:
 
 def choose_base(python: str, site_base: str) -> str:
     """The site's base if it is here or can be pulled, else the bootstrapped one, else a Failure saying how."""
-    if engine.image_inspect(site_base) is not None:
+    if engine.images.image_inspect(site_base) is not None:
         return site_base
     try:
-        engine.pull_image(site_base, None)
+        engine.transfer.pull_image(site_base, None)
         return site_base
     except Failure as error:
         pull_error = error.message
@@ -173,8 +173,8 @@ class _Run:
     stop: threading.Event = field(default_factory=threading.Event)
     interrupted: threading.Event = field(default_factory=threading.Event)
     bases: BaseResolver = field(default_factory=BaseResolver)
-    active: dict[str, engine.StreamingBuild | engine.BuildKitBuild] = field(default_factory=dict)
-    traces: list[engine.BuildTrace] = field(default_factory=list)
+    active: dict[str, engine.classic.StreamingBuild | engine.buildkit.BuildKitBuild] = field(default_factory=dict)
+    traces: list[engine.builds.BuildTrace] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     removed: list[str] = field(default_factory=list)
     base_stage_locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
@@ -182,8 +182,8 @@ class _Run:
     buildkit: bool = True
 
     def execute(self, flavours: list[Target]) -> list[FlavourResult]:
-        engine.client()  # fail early, with the hint, when no engine answers
-        self.buildkit = engine.use_buildkit()
+        engine.connection.client()  # fail early, with the hint, when no engine answers
+        self.buildkit = engine.buildkit.use_buildkit()
         todo: queue.Queue[Target] = queue.Queue()
         for flavour in flavours:
             self.results[flavour.tag] = FlavourResult(flavour, log=self._log_path(flavour))
@@ -253,7 +253,7 @@ class _Run:
                 result.image_id = self._build_and_tag(flavour, result, say)
                 result.outcome = Outcome.BUILT
                 result.size_bytes = _image_size(result.image_id)
-            except engine.BuildAborted:
+            except engine.builds.BuildAborted:
                 result.outcome, result.message = Outcome.INTERRUPTED, "interrupted; nothing was tagged"
             except Failure as error:
                 result.outcome, result.message = Outcome.FAILED, error.message
@@ -281,19 +281,19 @@ class _Run:
             args = {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id,
                     "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)}
             if self.buildkit:
-                say(f"builder: BuildKit (docker buildx {engine.buildx_info().version})")
-                build = engine.BuildKitBuild(context, args, secrets=context_secrets(context),
-                                             no_cache=self.options.no_cache)
+                say(f"builder: BuildKit (docker buildx {engine.buildkit.buildx_info().version})")
+                build = engine.buildkit.BuildKitBuild(context, args, secrets=context_secrets(context),
+                                                      no_cache=self.options.no_cache)
             else:
                 say("builder: classic (no docker buildx here); secrets are copied into the wheels stage only")
                 prepare_classic_context(context)
                 self._build_base_stage(flavour, base, context / DOCKERFILE, say)
-                build = engine.StreamingBuild(context, args, no_cache=self.options.no_cache)
+                build = engine.classic.StreamingBuild(context, args, no_cache=self.options.no_cache)
             self.reporter.state(flavour, "building")
             image_id = self._run(flavour, build, say)
         with self.lock:
             if self.interrupted.is_set():
-                raise engine.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged
+                raise engine.builds.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged
             _tag(flavour, image_id)
         say(f"image {image_id}")
         say(f"tagged {', '.join(local_ref(name) for name in flavour.tags)} -> {image_id[7:19]}")
@@ -315,15 +315,15 @@ class _Run:
             with tempfile.TemporaryDirectory(prefix="xla-images-base-stage-") as scratch:
                 # The base stage copies nothing from the context: the Dockerfile alone is enough.
                 shutil.copyfile(dockerfile, Path(scratch) / DOCKERFILE)
-                stage = engine.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "SOURCE_DATE_EPOCH": str(
+                stage = engine.classic.StreamingBuild(Path(scratch), {"BASE_IMAGE": base, "SOURCE_DATE_EPOCH": str(
                     SOURCE_DATE_EPOCH)}, target=BASE_STAGE, no_cache=self.options.no_cache)
                 self._run(flavour, stage, say)
             self.base_stages_built.add(key)
 
-    def _run(self, flavour: Target, build: engine.StreamingBuild | engine.BuildKitBuild, say) -> str:
+    def _run(self, flavour: Target, build: engine.classic.StreamingBuild | engine.buildkit.BuildKitBuild, say) -> str:
         with self.lock:
             if self.interrupted.is_set():
-                raise engine.BuildAborted()
+                raise engine.builds.BuildAborted()
             self.active[flavour.tag] = build
             self.traces.append(build.trace)
         try:
@@ -334,7 +334,7 @@ class _Run:
 
     def _on_build_line(self, flavour: Target, line: str, say) -> None:
         say(line)
-        step = engine.buildkit_step(line)
+        step = engine.buildkit.buildkit_step(line)
         if step is not None or line.startswith("Step "):
             self.reporter.state(flavour, step or line)
 
@@ -357,9 +357,9 @@ class _Run:
         keep = {result.image_id for result in self.results.values()
                 if result.outcome in (Outcome.BUILT, Outcome.SKIPPED) and result.image_id}
         try:
-            self.removed = engine.remove_build_leftovers(self.traces, keep)
+            self.removed = engine.builds.remove_build_leftovers(self.traces, keep)
         except KeyboardInterrupt:
-            self.removed = engine.remove_build_leftovers(self.traces, keep)  # impatient twice: finish anyway
+            self.removed = engine.builds.remove_build_leftovers(self.traces, keep)  # impatient twice: finish anyway
 
     def _log_path(self, flavour: Target) -> Path:
         reports = self.options.reports_dir or self.plan.root / REPORTS
@@ -371,22 +371,22 @@ def _tag(flavour: Target, image_id: str) -> None:
     (a rebuild must not pile up 8 GB orphans). One still used by a container stays."""
     replaced = set()
     for name in flavour.tags:
-        attrs = engine.image_inspect(local_ref(name))
+        attrs = engine.images.image_inspect(local_ref(name))
         if attrs is not None and attrs["Id"] != image_id:
             replaced.add(str(attrs["Id"]))
-        engine.tag_image(image_id, LOCAL_REPOSITORY, name)
+        engine.images.tag_image(image_id, LOCAL_REPOSITORY, name)
     for old in replaced:
-        engine.remove_if_unnamed(old)
+        engine.images.remove_if_unnamed(old)
 
 
 def _tag_aliases(flavour: Target, image_id: str) -> None:
     """An up-to-date image still gets aliases that moved to it (e.g. `latest` after a new release)."""
     for name in flavour.aliases:
-        attrs = engine.image_inspect(local_ref(name))
+        attrs = engine.images.image_inspect(local_ref(name))
         if attrs is None or attrs["Id"] != image_id:
-            engine.tag_image(image_id, LOCAL_REPOSITORY, name)
+            engine.images.tag_image(image_id, LOCAL_REPOSITORY, name)
 
 
 def _image_size(image_id: str) -> int:
-    attrs = engine.image_inspect(image_id) or {}
+    attrs = engine.images.image_inspect(image_id) or {}
     return int(attrs.get("Size") or 0)

@@ -93,11 +93,11 @@ def buildable_pythons(pythons: list[str], base_items: list[Item]) -> Item:
 
 def check_engine() -> Item:
     try:
-        engine.client()
-        info = engine.engine_info()
+        engine.connection.client()
+        info = engine.connection.engine_info()
     except XlaImagesError as error:
         return Item("engine", Status.MISSING, error.message, ENGINE_FIX)
-    return Item("engine", Status.OK, f"dockerd {engine.engine_version()}, storage {info.get('Driver')}, "
+    return Item("engine", Status.OK, f"dockerd {engine.connection.engine_version()}, storage {info.get('Driver')}, "
                                      f"root {info.get('DockerRootDir')}")
 
 
@@ -107,15 +107,16 @@ def check_buildkit(engine_up: bool) -> Item:
     import os
 
     fix = "sudo ci/engine.sh install (docker-buildx from Debian 13), or Docker CE's docker-buildx-plugin"
-    info = engine.buildx_info()
+    info = engine.buildkit.buildx_info()
     if info.problem:
         return Item("buildkit", Status.WARN, f"{info.problem}; builds fall back to the classic builder", fix,
                     required=False)
-    chosen = os.environ.get(engine.BUILDER_ENV, "auto")
+    chosen = os.environ.get(engine.buildkit.BUILDER_ENV, "auto")
     detail = f"docker buildx {info.version}, builder driver {info.driver}"
     if chosen == "classic":
-        return Item("buildkit", Status.WARN, detail + f"; {engine.BUILDER_ENV}=classic forces the classic builder",
-                    f"unset {engine.BUILDER_ENV}", required=False)
+        return Item("buildkit", Status.WARN,
+                    detail + f"; {engine.buildkit.BUILDER_ENV}=classic forces the classic builder",
+                    f"unset {engine.buildkit.BUILDER_ENV}", required=False)
     if not engine_up:
         return Item("buildkit", Status.WARN, detail + "; no engine to build on", ENGINE_FIX, required=False)
     return Item("buildkit", Status.OK, detail + " (builds use BuildKit; secrets mounted, never in a layer)",
@@ -146,9 +147,9 @@ def check_base(python: str, site_base: str, engine_up: bool) -> Item:
     name = f"base python {python}"
     if not engine_up:
         return Item(name, Status.WARN, "unknown (no engine)", ENGINE_FIX, required=False)
-    if engine.image_inspect(site_base) is not None:
+    if engine.images.image_inspect(site_base) is not None:
         return Item(name, Status.OK, f"{site_base} (present)", required=False)
-    pull_error = engine.distribution_error(site_base)
+    pull_error = engine.images.distribution_error(site_base)
     if pull_error is not None and "registry-1.docker.io" in pull_error:
         pull_error = "Docker Hub is unreachable"
     if pull_error is None:
@@ -180,7 +181,7 @@ def check_ca_bundle(plan: Plan) -> Item:
 def check_disk(flavours: int, engine_up: bool) -> Item:
     if not engine_up:
         return Item("disk", Status.WARN, "unknown (no engine)", ENGINE_FIX)
-    root = Path(str(engine.engine_info().get("DockerRootDir", "")))
+    root = Path(str(engine.connection.engine_info().get("DockerRootDir", "")))
     if not root.is_dir():
         return Item("disk", Status.WARN, f"cannot measure {root} (a remote engine?)", required=False)
     free_gb = shutil.disk_usage(root).free / 1e9

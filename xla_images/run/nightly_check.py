@@ -76,7 +76,7 @@ def _age(version: str, date: str | None) -> str:
 
 def probe(image: str) -> Found:
     """Import torch and torch_xla in a throw-away container of the image and read their versions."""
-    run = engine.run_container(image, ["python", "-c", PROBE], role="nightly-check", timeout=600)
+    run = engine.containers.run_container(image, ["python", "-c", PROBE], role="nightly-check", timeout=600)
     lines = run.output.strip().splitlines()
     try:
         data = json.loads(lines[-1])
@@ -95,7 +95,7 @@ def verify_image(flavour: Target, image: str) -> None:
     if flavour.nightly_date is None:
         raise Failure(f"{flavour.tag} is not pinned to a night", rule="nightly-versions",
                       hint=f"lock it first: `./build.py lock {flavour.tag}`, then build it")
-    labels = engine.image_labels(image) or {}
+    labels = engine.images.image_labels(image) or {}
     problems = mismatches(flavour, labels, probe(image))
     if problems:
         raise Failure(f"{image} is not the nightly {flavour.nightly_dated_tag} it claims to be: "

@@ -423,7 +423,7 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
         digest = _push_tag(image, registry, flavour.tag, auth, progress, client.retry, status)
         _verify(client, registry, flavour.tag, digest)
         if status:  # the engine reported per layer (it always does; a fake in unit tests may not)
-            transfer = transfer_of(engine.image_layers(image), client.manifest(digest), status)
+            transfer = transfer_of(engine.images.image_layers(image), client.manifest(digest), status)
             if transfers is not None:
                 transfers[flavour.tag] = transfer
             progress(f"{flavour.tag}: {transfer.describe()}")
@@ -439,7 +439,7 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
 
 
 def _built_labels(flavour: Target, image: str) -> dict[str, str]:
-    labels = engine.image_labels(image)
+    labels = engine.images.image_labels(image)
     if labels is None:
         raise Failure(f"{image} is not on this engine", rule="image-built",
                       hint=f"build it first: `build.py build {flavour.tag}`")
@@ -453,16 +453,16 @@ def _built_labels(flavour: Target, image: str) -> dict[str, str]:
 def _push_tag(image: str, registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress,
               retry: RetryPolicy | None = None, layer_status: dict[str, str] | None = None) -> str:
     """Tag locally under the registry's name only for the push; the local tag goes whatever happens."""
-    engine.tag_image(image, registry.name, tag)
+    engine.images.tag_image(image, registry.name, tag)
     try:
         return _push_retrying(registry, tag, auth, progress, retry or RetryPolicy(), layer_status)
     finally:
-        engine.remove_tag(registry.ref(tag))
+        engine.images.remove_tag(registry.ref(tag))
 
 
 def _push_retrying(registry: Registry, tag: str, auth: dict[str, str] | None, progress: Progress,
                    retry: RetryPolicy, layer_status: dict[str, str] | None = None) -> str:
-    """engine.push_image, pushed again while the registry answers the push with a transient HTTP status."""
+    """engine.transfer.push_image, pushed again while the registry answers the push with a transient HTTP status."""
     def transient(error: BaseException) -> bool:
         return isinstance(error, Failure) and error.rule == "push" and bool(_TRANSIENT_PUSH.search(error.message))
 
@@ -476,7 +476,7 @@ def _push_retrying(registry: Registry, tag: str, auth: dict[str, str] | None, pr
         wait=tenacity.wait_exponential(multiplier=retry.first_wait, max=retry.max_wait),
         retry=tenacity.retry_if_exception(transient), before_sleep=say_retry, reraise=True)
     try:
-        return retrying(engine.push_image, registry.name, tag, auth, progress, layer_status)
+        return retrying(engine.transfer.push_image, registry.name, tag, auth, progress, layer_status)
     except Failure as error:
         if transient(error):
             error.message += f" ({retry.attempts} attempts)"

@@ -140,7 +140,7 @@ def read_inventory(image: str) -> Inventory:
     debs, os_release, dpkg = _read_debian(image)
     python = f"{VENV}/bin/python"
     try:
-        run = engine.run_container(image, [python, "-c", _LIST_DISTS], role="sbom", timeout=300)
+        run = engine.containers.run_container(image, [python, "-c", _LIST_DISTS], role="sbom", timeout=300)
     except Failure as error:
         # The engine refuses to start a command that does not exist: an image without our venv.
         if error.rule == "engine-run" and _missing_executable(error.message):
@@ -164,7 +164,7 @@ def _read_debian(image: str) -> tuple[tuple[DebPackage, ...], dict[str, str], bo
 
 def _copy_text(image: str, path: str, scratch: Path) -> str | None:
     try:
-        copied = engine.extract_from_image(image, path, scratch)
+        copied = engine.containers.extract_from_image(image, path, scratch)
     except Failure as error:
         if error.rule == "image-path-exists":
             return None
@@ -294,7 +294,7 @@ def write(sbom: Sbom, path: Path) -> Path:
 
 def local_subject(image: str) -> Subject:
     """The subject for an image on the engine: its manifest digest when it came from a registry."""
-    attrs = engine.image_inspect(image)
+    attrs = engine.images.image_inspect(image)
     if attrs is None:
         raise Failure(f"image {image} is not on this engine", rule="image-exists",
                       hint="build it (`build.py build TAG`) or pull it (`build.py pull ...`) first")

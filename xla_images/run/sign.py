@@ -302,7 +302,7 @@ def pushed_image(entry: Published) -> str:
         manifest = RegistryClient(registry, credentials).manifest(digest)
     wanted = {digest, str((manifest.get("config") or {}).get("digest"))}
     for candidate in (entry.ref, local_ref(entry.tag)):
-        attrs = engine.image_inspect(candidate)
+        attrs = engine.images.image_inspect(candidate)
         if attrs is not None and attrs.get("Id") in wanted:
             return candidate
     raise Failure(f"no local image is {entry.ref} ({entry.tag}), so its SBOM cannot be read",

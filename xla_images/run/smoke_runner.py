@@ -54,12 +54,12 @@ class SmokeResult:
                 if check.get("status") in ("failed", "error")]
 
 
-def run_options(flavour: Flavour, tpu: bool) -> engine.RunOptions:
+def run_options(flavour: Flavour, tpu: bool) -> engine.containers.RunOptions:
     """CPU unless asked for a TPU: TPU flavours still import and run on the PJRT CPU device."""
     if tpu:
-        return engine.RunOptions(environment={"PJRT_DEVICE": Accelerator.TPU.pjrt_device}, privileged=True,
-                                 network_mode="host", shm_size="16G")
-    return engine.RunOptions(environment={"PJRT_DEVICE": Accelerator.CPU.pjrt_device})
+        return engine.containers.RunOptions(environment={"PJRT_DEVICE": Accelerator.TPU.pjrt_device}, privileged=True,
+                                            network_mode="host", shm_size="16G")
+    return engine.containers.RunOptions(environment={"PJRT_DEVICE": Accelerator.CPU.pjrt_device})
 
 
 def suite_command(layers: Sequence[int] | None = None, only: Sequence[str] | None = None) -> list[str]:
@@ -81,9 +81,9 @@ def run(flavour: Flavour, image: str, report_dir: Path, *, tpu: bool = False, la
         # A stale report from an earlier run must never pass for this one.
         (report_dir / ours).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="xla-images-smoke-") as scratch:
-        outcome = engine.run_container(image, suite_command(layers, only), role=role,
-                                       options=run_options(flavour, tpu), timeout=timeout,
-                                       copy_out=(CONTAINER_REPORT_DIR, Path(scratch)), on_line=on_line)
+        outcome = engine.containers.run_container(image, suite_command(layers, only), role=role,
+                                                  options=run_options(flavour, tpu), timeout=timeout,
+                                                  copy_out=(CONTAINER_REPORT_DIR, Path(scratch)), on_line=on_line)
         collected = _collect(Path(scratch), report_dir)
     if outcome.exit_code == EXIT_USAGE:
         raise Failure(f"the smoke suite in {image} refused its arguments: {_tail(outcome.output)}",

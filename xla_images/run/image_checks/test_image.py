@@ -36,7 +36,7 @@ def flavour(target: CheckTarget) -> Target:
 
 @pytest.fixture(scope="session")
 def image_attrs(target: CheckTarget) -> dict[str, Any]:
-    attrs = engine.image_inspect(target.image)
+    attrs = engine.images.image_inspect(target.image)
     if attrs is None:
         pytest.fail(f"image {target.image} is not on this engine")
     return attrs
@@ -55,7 +55,8 @@ def image_env(image_attrs: dict[str, Any]) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def container(target: CheckTarget) -> Iterator[str]:
     options = smoke_runner.run_options(target.flavour, target.tpu)
-    with engine.running_container(target.image, ["sleep", "infinity"], role="checks", options=options) as cid:
+    with engine.containers.running_container(target.image, ["sleep", "infinity"], role="checks",
+                                             options=options) as cid:
         yield cid
 
 
@@ -82,7 +83,7 @@ def installed(host: testinfra.host.Host) -> dict[str, str | None]:
 @pytest.fixture(scope="session")
 def layer_scan(target: CheckTarget) -> LayerScan:
     ca = target.ca_bundle.read_bytes() if target.ca_bundle else None
-    return checks.scan_saved_image(engine.save_image_stream(target.image), ca)
+    return checks.scan_saved_image(engine.images.save_image_stream(target.image), ca)
 
 
 def _python(host: testinfra.host.Host, program: str) -> str:
@@ -153,7 +154,7 @@ def test_abi_compatible(flavour: Target, host: testinfra.host.Host, container: s
     """Every extension linking torch resolves its torch symbols (xla_images.abi, run inside the image)."""
     import elftools
 
-    engine.put_into_container(container, TOOLS_DIR, {"abi.py": Path(abi.__file__),
+    engine.containers.put_into_container(container, TOOLS_DIR, {"abi.py": Path(abi.__file__),
                                                      "elftools": Path(elftools.__file__).parent})
     site = _python(host, "import importlib.util, os; "
                          "print(os.path.dirname(os.path.dirname(importlib.util.find_spec('torch').origin)))")
@@ -194,6 +195,6 @@ def test_no_credentials_in_layers(layer_scan: LayerScan) -> None:
 
 def test_no_credentials_in_metadata(target: CheckTarget, labels: dict[str, str],
                                     image_attrs: dict[str, Any]) -> None:
-    history = engine.image_history(target.image)
+    history = engine.images.image_history(target.image)
     found = checks.scan_metadata(labels, list(image_attrs["Config"].get("Env") or []), history)
     assert not found, "credentials in labels, env or history: " + "; ".join(map(str, found))

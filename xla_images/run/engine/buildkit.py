@@ -1,0 +1,211 @@
+"""BuildKit: `docker buildx build` / `docker buildx bake` as subprocesses.
+
+The SDK has no BuildKit session (secrets, the BuildKit frontend), so BuildKit builds go through the docker CLI's
+buildx plugin, against the engine DOCKER_HOST names. With buildx's `docker` driver (the engine's own BuildKit)
+the result lands in the engine's image store; `--load` also covers a docker-container builder.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ...errors import Failure
+from . import builds, connection
+
+
+BUILDER_ENV = "XLA_IMAGES_BUILDER"  # buildkit | classic | auto (default): which builder `build` uses
+_BUILDKIT_STEP = re.compile(r"^#\d+ \[(?P<step>[^\]]+)\] (?P<what>.*)$")
+_BUILDKIT_ERROR = re.compile(r"^(ERROR|error): (?P<message>.*)$")
+
+
+@dataclass(frozen=True)
+class BuildxInfo:
+    """What `docker buildx` offers here; `problem` says why BuildKit cannot be used (None: it can)."""
+
+    version: str | None
+    driver: str | None
+    problem: str | None
+
+
+@functools.lru_cache(maxsize=1)
+def buildx_info() -> BuildxInfo:
+    """`docker buildx version` and the current builder's driver, asked once per process."""
+
+    if shutil.which("docker") is None:
+        return BuildxInfo(None, None, "no `docker` CLI on PATH (buildx is a plugin of it)")
+    try:
+        version = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, timeout=30)
+        if version.returncode != 0:
+            return BuildxInfo(None, None, "`docker buildx` is not installed: " + _last_line(version.stderr))
+        inspect = subprocess.run(["docker", "buildx", "inspect"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return BuildxInfo(None, None, f"`docker buildx` does not answer: {error}")
+    words = version.stdout.split()
+    driver = next((line.split(":", 1)[1].strip() for line in inspect.stdout.splitlines()
+                   if line.startswith("Driver:")), None)
+    if inspect.returncode != 0 or driver is None:
+        return BuildxInfo(words[1] if len(words) > 1 else version.stdout.strip(), None,
+                          "the current buildx builder does not answer: " + _last_line(inspect.stderr))
+    return BuildxInfo(words[1] if len(words) > 1 else version.stdout.strip(), driver, None)
+
+
+def use_buildkit() -> bool:
+    """BuildKit when buildx works (or XLA_IMAGES_BUILDER=buildkit demands it), else the classic builder."""
+
+    wanted = os.environ.get(BUILDER_ENV, "auto").strip().lower()
+    if wanted == "classic":
+        return False
+    info = buildx_info()
+    if wanted == "buildkit" and info.problem:
+        raise Failure(f"{BUILDER_ENV}=buildkit, but BuildKit cannot be used: {info.problem}", rule="buildkit",
+                      hint="`ci/engine.sh install` installs docker-buildx; `build.py doctor` shows what is missing")
+    return info.problem is None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+class BuildKitBuild:
+    """One `docker buildx build`, streamed line by line, which another thread may abort.
+
+    Same contract as StreamingBuild: the image is left untagged (no `-t`), its id comes from --iidfile. BuildKit
+    runs steps inside the engine, not as containers, and keeps failed steps in its cache rather than as
+    images: a failed or aborted build leaves neither. Aborting sends SIGINT, on which buildx cancels the build
+    session (the engine then stops the step), and SIGKILL if it does not stop within a grace period.
+    """
+
+    def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None,
+                 target: str | None = None, secrets: dict[str, Path] | None = None, no_cache: bool = False) -> None:
+        self.context = Path(context)
+        self.buildargs = dict(buildargs)
+        self.labels = dict(labels or {})
+        self.target = target
+        self.secrets = dict(secrets or {})
+        self.no_cache = no_cache
+        self.trace = builds.BuildTrace()
+        self._aborted = threading.Event()
+        self._process = None
+        self._lock = threading.Lock()
+
+    def command(self, iidfile: Path) -> list[str]:
+        command = ["docker", "buildx", "build", "--progress=plain", "--load", "--iidfile", str(iidfile),
+                   "--file", str(self.context / "Dockerfile")]
+        for name, value in sorted(self.buildargs.items()):
+            command += ["--build-arg", f"{name}={value}"]
+        for name, value in sorted(self.labels.items()):
+            command += ["--label", f"{name}={value}"]
+        for name, path in sorted(self.secrets.items()):
+            command += ["--secret", f"id={name},src={path}"]
+        if self.target:
+            command += ["--target", self.target]
+        if self.no_cache:
+            command.append("--no-cache")
+        return command + [str(self.context)]
+
+    def run(self, on_line: connection.LineSink) -> str:
+        with tempfile.TemporaryDirectory(prefix="xla-images-iid-") as scratch:
+            iidfile = Path(scratch) / "iid"
+            errors = run_buildx(self.command(iidfile), on_line, self._started)
+            image_id = iidfile.read_text().strip() if iidfile.is_file() else ""
+        if image_id:
+            self.trace.images.append(builds.short_id(image_id))
+            self.trace.image_id = image_id
+        if self._aborted.is_set():
+            raise builds.BuildAborted()
+        if errors is not None:
+            raise Failure(errors, rule="build")
+        if not image_id:
+            raise Failure("buildx ended without an image id", rule="build")
+        return image_id
+
+    def _started(self, process) -> None:
+        with self._lock:
+            self._process = process
+            if self._aborted.is_set():
+                _stop(process)
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted.set()
+            process = self._process
+        if process is not None:
+            _stop(process)
+
+
+def run_buildx(command: list[str], on_line: connection.LineSink, started: Callable | None = None) -> str | None:
+    """Run a buildx command, handing each output line to `on_line`; None on success, else the error text.
+
+    The process gets its own session: a terminal's Ctrl-C reaches the toolkit, which decides (abort) rather
+    than buildx dying half-way through exporting.
+    """
+
+    env = {**os.environ, "BUILDX_NO_DEFAULT_ATTESTATIONS": "1", "DOCKER_CLI_HINTS": "false"}
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", env=env, start_new_session=True)
+    except OSError as error:
+        raise Failure(f"cannot run docker buildx: {error}", rule="buildkit",
+                      hint="install the docker CLI and docker-buildx (`ci/engine.sh install`)") from None
+    if started is not None:
+        started(process)
+    errors: list[str] = []
+    try:
+        for raw in process.stdout:
+            line = raw.rstrip("\n")
+            found = _BUILDKIT_ERROR.match(line)
+            if found:
+                errors.append(found.group("message"))
+            if line.strip():
+                on_line(line)
+    finally:
+        if process.poll() is None and process.stdout is not None:
+            _stop(process)
+        process.wait()
+    if process.returncode == 0:
+        return None
+    return "; ".join(errors) or f"docker buildx exited with {process.returncode}"
+
+
+def _stop(process, grace: float = 20) -> None:
+
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+
+
+def buildkit_step(line: str) -> str | None:
+    """`[wheels 4/5] RUN ...` from a plain-progress line that starts a step, else None."""
+    found = _BUILDKIT_STEP.match(line)
+    return f"[{found.group('step')}] {found.group('what')}" if found else None
+
+
+def bake(files: list[Path], targets: list[str], on_line: connection.LineSink, *, no_cache: bool = False,
+         overrides: list[str] = ()) -> None:
+    """`docker buildx bake -f F... TARGETS --load`; a failed bake is a Failure naming buildx's error."""
+    command = ["docker", "buildx", "bake", "--progress=plain", "--load"]
+    for path in files:
+        command += ["-f", str(path)]
+    for override in overrides:
+        command += ["--set", override]
+    if no_cache:
+        command.append("--no-cache")
+    errors = run_buildx(command + list(targets), on_line)
+    if errors is not None:
+        raise Failure(f"docker buildx bake failed: {errors}", rule="bake")

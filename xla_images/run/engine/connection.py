@@ -1,0 +1,54 @@
+"""The connection to the Docker engine (DOCKER_HOST, or the local socket), and how its errors read.
+
+`client()` fails early with a hint when no engine answers; every other engine module goes through it.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import docker
+import docker.errors
+
+from ...errors import Failure
+
+
+START_HINT = "start one with `ci/engine.sh start` (installs and runs dockerd), then check with `build.py doctor`"
+LineSink = Callable[[str], None]
+
+
+@functools.lru_cache(maxsize=1)
+def client() -> docker.DockerClient:
+    """A client for the engine named by DOCKER_HOST (default: the local unix socket).
+
+    The API version is negotiated: the SDK may be newer than the engine (dockerd 20.10 speaks 1.41).
+    """
+    try:
+        engine = docker.from_env(version="auto", timeout=600)
+        engine.ping()
+    except (docker.errors.DockerException, OSError) as error:
+        raise Failure(f"no Docker engine answers: {error_text(error)}", rule="engine-reachable",
+                      hint=START_HINT) from None
+    return engine
+
+
+def api() -> docker.APIClient:
+    """The low-level client of `client()` (streaming builds, archives)."""
+    return client().api
+
+
+def engine_version() -> str:
+    """`20.10.24+dfsg1 (API 1.41)`."""
+    info = client().version()
+    return f"{info.get('Version', '?')} (API {info.get('ApiVersion', '?')})"
+
+
+def error_text(error: Exception) -> str:
+    """What an SDK or HTTP error says, without its wrapping (the engine's own explanation when it gave one)."""
+    explanation = getattr(error, "explanation", None)
+    return str(explanation or error).strip()
+
+
+def engine_info() -> dict:
+    """`docker info`: DockerRootDir, Driver, CgroupDriver, ServerVersion..."""
+    return client().info()
