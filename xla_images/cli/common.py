@@ -8,7 +8,9 @@ from typing import Any, Callable
 
 import click
 
+from ..errors import ConfigError
 from ..generate.plan import Plan, load_plan
+from ..model.target import Target
 from ..userfiles import resolve_path
 
 DEFAULT_SITE = "site.yaml"
@@ -56,9 +58,7 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def select(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None]) -> list:
-    from ..errors import ConfigError
-
+def select(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None]) -> list[Target]:
     chosen = plan.select(names, **filters)
     if not chosen:
         raise ConfigError("no flavour matches", rule="flavour-exists",

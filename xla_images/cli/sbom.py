@@ -10,7 +10,7 @@ from ..generate.plan import Plan
 from ..model import lockfile
 from ..model.target import Target
 from ..names import TAG_LABEL, local_ref
-from ..run import sbom as sboms
+from ..run import engine, sbom as sboms
 from .common import plan_options
 
 
@@ -66,8 +66,6 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
                           rule="flavour-exists", hint="`build.py list` shows the tags; images look like REPO:TAG")
     subject = sboms.local_subject(image)
     if flavour is None:
-        from ..run import engine
-
         labelled = (engine.images.image_labels(image) or {}).get(TAG_LABEL)
         flavour = flavour_of(plan, labelled) if labelled else None
     made = image_sbom(plan, flavour, image, subject)

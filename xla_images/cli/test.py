@@ -14,7 +14,7 @@ from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..model.target import Target
 from ..names import REPORTS, local_ref
-from ..run import bench as benching, checks, smoke_runner
+from ..run import bench as benching, checks, engine, smoke_runner
 from .common import flavour_filters, in_ci, plan_options, select
 from .sbom import write_report as sbom_report
 
@@ -91,8 +91,6 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
 
 
 def _built_image(flavour: Target) -> str:
-    from ..run import engine
-
     image = local_ref(flavour.tag)
     labels = engine.images.image_labels(image)
     if labels is None:

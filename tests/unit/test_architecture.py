@@ -1,0 +1,93 @@
+"""The architecture holds: the import-linter contracts in pyproject.toml, and the facts that must be written twice.
+
+`lint-imports` checks the layers (cli > run > generate > model > foundation > names), that only run.engine
+imports docker, and that the smoke suite imports nothing of xla_images. A contract that cannot fail proves
+nothing, so one test runs the very same contracts over a tiny package shaped like xla_images that breaks them.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from xla_images import abi, names
+from xla_images.model.flavour import Abi
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+
+
+def lint_imports(cwd: Path, *pythonpath: Path, config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(path) for path in pythonpath)}
+    command = [sys.executable, "-c", LINT_IMPORTS, "--no-cache"] + (["--config", str(config)] if config else [])
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_import_contracts_hold() -> None:
+    result = lint_imports(ROOT, ROOT, ROOT / "smoke", config=ROOT / "pyproject.toml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Contracts: {len(CONTRACTS['contracts'])} kept, 0 broken." in result.stdout
+
+
+def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> None:
+    """The same contracts over a stand-in xla_images whose model imports run, whose cli imports docker and
+    whose smoke suite imports xla_images: lint-imports must fail and name each import."""
+    package = tmp_path / "xla_images"
+    layers = CONTRACTS["contracts"][0]["layers"]
+    run_modules = CONTRACTS["contracts"][1]["layers"][0].split(" : ")
+    modules = [name.strip() for layer in layers for name in layer.replace("|", ":").split(":")]
+    for name in modules:
+        if name in ("cli", "run", "generate", "model"):
+            (package / name).mkdir(parents=True)
+            (package / name / "__init__.py").write_text("")
+        else:
+            package.mkdir(exist_ok=True)
+            (package / f"{name}.py").write_text("")
+    (package / "__init__.py").write_text("")
+    for name in run_modules + ["engine"]:
+        (package / "run" / f"{name}.py").write_text("")
+    (package / "model" / "flavour.py").write_text("from xla_images.run import build\n")
+    (package / "cli" / "common.py").write_text("import docker\n")
+    (package / "run" / "engine.py").write_text("from xla_images.run import publish\n")
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "__init__.py").write_text("")
+    (tmp_path / "smoke" / "xla_smoke").mkdir(parents=True)
+    (tmp_path / "smoke" / "xla_smoke" / "__init__.py").write_text("import xla_images.names\n")
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    result = lint_imports(tmp_path, tmp_path, tmp_path / "smoke", config=tmp_path / "pyproject.toml")
+    assert result.returncode == 1, result.stdout + result.stderr
+    for broken in ("xla_images.model.flavour -> xla_images.run.build", "xla_images.cli.common -> docker",
+                   "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names"):
+        assert broken in result.stdout, result.stdout
+    assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
+
+
+def test_a_module_in_no_layer_breaks_the_layers_contract(tmp_path: Path) -> None:
+    """exhaustive: a new top-level module must be placed in a layer before the contracts pass again."""
+    shutil.copytree(ROOT / "xla_images", tmp_path / "xla_images",
+                    ignore=shutil.ignore_patterns("__pycache__", "smoke", "templates", "ci_scripts"))
+    (tmp_path / "xla_images" / "stray.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    result = lint_imports(tmp_path, tmp_path, ROOT / "smoke", config=tmp_path / "pyproject.toml")
+    assert result.returncode == 1 and "xla_images.stray" in result.stdout, result.stdout + result.stderr
+
+
+def test_names_imports_only_the_standard_library() -> None:
+    tree = ast.parse((ROOT / "xla_images" / "names.py").read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
+
+
+def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:
+    """abi.py runs alone inside wheel builds (stdlib + pyelftools), so it keeps its own copies of these."""
+    assert (abi.CXX11, abi.PRE_CXX11) == (Abi.CXX11.value, Abi.PRE_CXX11.value)
+    assert abi.SITE_PACKAGES_GLOBS[0] == f"{names.VENV}/lib/python3.*/site-packages"
