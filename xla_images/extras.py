@@ -12,8 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from .errors import ConfigError
-
-DISTRIBUTION = "xla-images"
+from .names import DISTRIBUTION
 
 
 @dataclass(frozen=True)

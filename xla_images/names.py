@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 PROJECT_URL = "https://github.com/xla-images/xla-images"
+DISTRIBUTION = "xla-images"  # the package's name on PyPI (pip install, importlib.metadata)
 
 # --- labels and environment the images carry ------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from xla_images import extras, resources
+from xla_images import extras, names, resources
 from xla_images.cli import cli, main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_dependencies_are_pinned_and_extras_agree_with_pyproject() -> None:
     # The image checks are part of `test`, the main job: pytest and testinfra are runtime, not test extras.
     assert {"pytest", "pytest-testinfra"} <= set(RUNTIME)
     assert "matplotlib" not in RUNTIME and "matplotlib" in OPTIONAL["plot"]
-    assert f"{extras.DISTRIBUTION}[plot]" in PYPROJECT["project"]["optional-dependencies"]["test"]
+    assert f"{names.DISTRIBUTION}[plot]" in PYPROJECT["project"]["optional-dependencies"]["test"]
 
 
 def test_resources_are_the_repository_directories() -> None:

@@ -10,6 +10,7 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan, load_plan
+from ..model.flavour import Abi, Accelerator
 from ..model.target import Target
 from ..userfiles import resolve_path
 
@@ -40,10 +41,11 @@ def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def flavour_filters(command: Callable[..., Any]) -> Callable[..., Any]:
     """--abi/--python/--torch-xla/--accelerator, passed on as a `filters` dict."""
 
-    @click.option("--abi", type=click.Choice(["cxx11", "pre-cxx11"]), help="Only this C++ ABI.")
+    @click.option("--abi", type=click.Choice([abi.value for abi in Abi]), help="Only this C++ ABI.")
     @click.option("--python", "python", metavar="X.Y", help="Only this python, e.g. 3.11.")
     @click.option("--torch-xla", "torch_xla", metavar="VERSION", help="Only this torch_xla (2.9 or 2.9.0).")
-    @click.option("--accelerator", type=click.Choice(["tpu", "cpu"]), help="Only this accelerator.")
+    @click.option("--accelerator", type=click.Choice([accelerator.value for accelerator in Accelerator]),
+                  help="Only this accelerator.")
     @functools.wraps(command)
     def wrapper(*args: Any, abi: str | None, python: str | None, torch_xla: str | None, accelerator: str | None,
                 **kwargs: Any) -> Any:

@@ -353,12 +353,12 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
     abi = match.get("abi")
     if abi is not None and (not isinstance(abi, str) or abi not in {a.value for a in Abi}):
         errors.append(ConfigError(f"unknown abi {shown_value(abi)}", location=loc, rule="site-wheel-sources",
-                                  hint="use cxx11 or pre-cxx11"))
+                                  hint=f"use {Abi.CXX11.value} or {Abi.PRE_CXX11.value}"))
         return None
     channel = match.get("channel", Channel.RELEASE.value)
     if not isinstance(channel, str) or channel not in {c.value for c in Channel}:
         errors.append(ConfigError(f"unknown channel {shown_value(channel)}", location=loc, rule="site-wheel-sources",
-                                  hint="use release (the default) or nightly"))
+                                  hint=f"use {Channel.RELEASE.value} (the default) or {Channel.NIGHTLY.value}"))
         return None
     source = WheelSource(
         name=name,

@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 
 from ..errors import Failure
 from ..model.lockfile import Lock
-from ..names import VENV
+from ..names import DISTRIBUTION, VENV
 from . import engine
 
 SBOM_NAME = "sbom.cdx.json"
@@ -38,7 +38,7 @@ SCHEMA = SchemaVersion.V1_6
 DPKG_STATUS = "/var/lib/dpkg/status"
 OS_RELEASE = "/etc/os-release"
 PROPERTY = "xla-images:"
-TOOL_NAME = "xla-images"
+TOOL_NAME = DISTRIBUTION
 # Printed before the JSON so interpreter warnings on the same stream cannot be mistaken for the listing.
 _MARK = "XLA_IMAGES_SBOM_DISTS "
 _LIST_DISTS = (
@@ -324,6 +324,6 @@ def _tool_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("xla-images")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0"
