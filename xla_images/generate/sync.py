@@ -86,7 +86,12 @@ def lint_targets(plan: Plan) -> dict[str, str]:
 # --- writing ----------------------------------------------------------------------------------------------
 
 def write_if_changed(path: Path, text: str) -> bool:
-    """Write `text` to `path` unless it holds exactly that already; True when it wrote."""
+    """Write `text` to `path` unless it holds exactly that already; True when it wrote.
+
+    The new file gets the umask's mode like any checkout file (builders and other users read the generated
+    files), which is why this is not diskio.write_text_atomic: that one is for outputs (reports, published.json)
+    and keeps its temporary file private.
+    """
     if _read(path) == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
