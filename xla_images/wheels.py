@@ -184,6 +184,56 @@ def group_requirements(flavours: Iterable[Flavour], flavour: Flavour) -> tuple[s
     return tuple(sorted(union))
 
 
+def is_pure_wheel(filename: str) -> bool:
+    """A python-independent wheel (`py*-none-*` tag): the same file serves every python."""
+    parts = filename.removesuffix(".whl").split("-")
+    return len(parts) >= 5 and parts[-3].startswith("py") and parts[-2] == "none"
+
+
+def release_family(flavour: Flavour) -> tuple[str, str, WheelSource]:
+    """Flavours that may share python-independent wheels: one release, ABI and wheel source, any python."""
+    return flavour.abi.value, flavour.torch_xla, flavour.wheel_source
+
+
+def anchor_python(flavours: Iterable[Flavour], flavour: Flavour) -> str:
+    """The lowest python of `flavour`'s release family among `flavours` (the whole plan)."""
+    family = release_family(flavour)
+    pythons = {other.python for other in flavours if release_family(other) == family} | {flavour.python}
+    return min(pythons, key=lambda python: tuple(int(part) for part in python.split(".")))
+
+
+def aligned_pins(plan: Plan, flavour: Flavour) -> tuple[str, ...]:
+    """`name==version` of every python-independent wheel locked for the anchor python of `flavour`'s release.
+
+    `lock` resolves the release's other pythons with these pins as well, so their `torch-any` layers (see
+    layers.py) hold the same wheels, byte for byte, and a registry stores them once. Empty for the anchor
+    python itself and while its locks are missing or unreadable.
+    """
+    anchor = anchor_python(plan.flavours, flavour)
+    if flavour.python == anchor:
+        return ()
+    family = [other for other in plan.flavours if release_family(other) == release_family(flavour)]
+    # The requirement roots (torch, torch_xla, libtpu) are pinned by each flavour itself, some only in some.
+    roots = {canonicalize_name(_requirement(text).name) for other in family for text in other.requirements}
+    pins: set[str] = set()
+    for other in family:
+        if other.python != anchor:
+            continue
+        try:
+            lock = read_lock(plan.lock_path(other))
+        except XlaImagesError:
+            continue
+        pins.update(f"{entry.name}=={entry.version}" for entry in lock.entries
+                    if is_pure_wheel(entry.filename) and entry.name not in roots)
+    return tuple(sorted(pins))
+
+
+def unaligned(pins: Sequence[str]) -> str:
+    """What a lock records instead of `pins` when they did not resolve for its python: it stays fresh until the
+    anchor's pins change (then `lock` tries them again)."""
+    return "unaligned:" + hashlib.sha256("\n".join(sorted(pins)).encode()).hexdigest()
+
+
 def lock_inputs(flavour: Flavour, resolved_with: Sequence[str]) -> str:
     """Hash of everything a lock is resolved from. Equal inputs, no reason to re-resolve."""
     payload = {
@@ -223,9 +273,15 @@ def lock_status(plan: Plan, flavour: Flavour) -> LockStatus:
         lock = read_lock(path)
     except ConfigError as error:
         return LockStatus(LockState.STALE, f"unreadable ({error.message})")
-    # Resolved with its group, or alone when the group could not resolve together (see lock()).
-    expected = {lock_inputs(flavour, group_requirements(plan.flavours, flavour)),
-                lock_inputs(flavour, flavour.requirements)}
+    # Resolved with its group and the release's aligned pins, or without the pins when they do not resolve for
+    # this python (recorded as `unaligned`), or alone when the group could not resolve together (see lock()).
+    group = group_requirements(plan.flavours, flavour)
+    pins = aligned_pins(plan, flavour)
+    if pins:
+        expected = {lock_inputs(flavour, group + pins), lock_inputs(flavour, group + (unaligned(pins),)),
+                    lock_inputs(flavour, flavour.requirements + (unaligned(pins),))}
+    else:
+        expected = {lock_inputs(flavour, group), lock_inputs(flavour, flavour.requirements)}
     if lock.inputs not in expected:
         return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
                                            "wheel source changed since)")
@@ -475,10 +531,12 @@ class LockReport:
 
 def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Resolver | None = None,
          progress: Callable[[str], None] = lambda message: None) -> LockReport:
-    """Resolve and write the locks of `flavours`; groups run `jobs` at a time.
+    """Resolve and write the locks of `flavours`; release families run `jobs` at a time.
 
-    A group that fails (say, a pin with no wheel for its python) does not stop the others: every lock that
-    can be made is written, and the failures are reported together.
+    A release family (one torch_xla, ABI and wheel source) is locked python by python, the lowest first; the
+    others are resolved with that python's python-independent pins too (`aligned_pins`), falling back to a free
+    resolution where those pins do not resolve. A group that fails (say, a pin with no wheel for its python)
+    does not stop the others: every lock that can be made is written, and the failures are reported together.
     """
     resolver = resolver or Resolver(plan.site)
     skipped, groups = [], {}
@@ -489,13 +547,15 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         else:
             groups.setdefault(group_key(flavour), []).append(flavour)
 
-    def resolve_and_write(members: list[Flavour], roots: Sequence[str]) -> list[LockResult]:
+    def resolve_and_write(members: list[Flavour], roots: Sequence[str],
+                          recorded: Sequence[str] | None = None) -> list[LockResult]:
         started = time.monotonic()
         entries = resolver.resolve(members, roots)
         seconds = time.monotonic() - started
         written = []
         for flavour in members:
-            text = format_lock(flavour, lock_inputs(flavour, roots), entries[flavour.tag])
+            text = format_lock(flavour, lock_inputs(flavour, roots if recorded is None else recorded),
+                               entries[flavour.tag])
             changed = _write_if_changed(plan.lock_path(flavour), text)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
@@ -504,8 +564,17 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         return written
 
     def run(members: list[Flavour]) -> tuple[list[LockResult], list[GroupFailure]]:
+        group = group_requirements(plan.flavours, members[0])
+        pins = aligned_pins(plan, members[0])  # the anchor python's group ran before this one (run_family)
+        if pins:
+            try:
+                return resolve_and_write(members, group + pins), []
+            except XlaImagesError as error:
+                progress(f"{' + '.join(flavour.tag for flavour in members)}: the python-independent pins of python "
+                         f"{anchor_python(plan.flavours, members[0])} do not resolve here "
+                         f"({error.message.splitlines()[0]}); resolving without them (torch-any not shared)")
         try:
-            return resolve_and_write(members, group_requirements(plan.flavours, members[0])), []
+            return resolve_and_write(members, group, group + (unaligned(pins),) if pins else None), []
         except XlaImagesError as error:
             if len(members) == 1:
                 progress(f"FAILED {members[0].tag}")
@@ -516,16 +585,31 @@ def lock(plan: Plan, flavours: Sequence[Flavour], *, jobs: int = 2, resolver: Re
         results, failures = [], []
         for flavour in members:
             try:
-                results += resolve_and_write([flavour], flavour.requirements)
+                results += resolve_and_write([flavour], flavour.requirements,
+                                             flavour.requirements + (unaligned(pins),) if pins else None)
             except XlaImagesError as alone:
                 progress(f"FAILED {flavour.tag}")
                 failures.append(GroupFailure((flavour.tag,), alone))
         return results, failures
 
+    def run_family(members_by_python: list[list[Flavour]]) -> tuple[list[LockResult], list[GroupFailure]]:
+        # The anchor (lowest) python first: the others are resolved with the pins its lock has then.
+        results, failures = [], []
+        for members in members_by_python:
+            more_results, more_failures = run(members)
+            results += more_results
+            failures += more_failures
+        return results, failures
+
+    families: dict[tuple, list[list[Flavour]]] = {}
+    for members in groups.values():
+        families.setdefault(release_family(members[0]), []).append(members)
+    for members_by_python in families.values():
+        members_by_python.sort(key=lambda members: tuple(int(part) for part in members[0].python.split(".")))
     locked: list[LockResult] = []
     failed: list[GroupFailure] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for results, failures in pool.map(run, groups.values()):
+        for results, failures in pool.map(run_family, families.values()):
             locked.extend(results)
             failed.extend(failures)
     return LockReport(tuple(locked), tuple(skipped), tuple(failed))
