@@ -101,8 +101,9 @@ def main() -> int:
     parser.add_argument("--wheelhouse", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--prune-cache", action="store_true",
-                        help="prune the engine's unreferenced build cache after each flavour build and before the "
-                             "py313 step (one flavour's wheels stage holds ~20 GB; the whole run then fits in ~45 GB)")
+                        help="prune the engine's unreferenced build cache and reap orphaned overlay2 directories "
+                             "(ci/engine.sh reap: the engine must be the one ci/engine.sh started) between steps; "
+                             "one flavour's wheels stage holds ~15 GB of cache")
     args = parser.parse_args()
     steps = set(args.steps.split(","))
     plan = load_plan(REPO / "matrix.yaml")
@@ -120,8 +121,12 @@ def main() -> int:
     single_env: dict[str, str] | None = None
 
     def prune_cache() -> None:
+        """The build cache, and the overlay2 copies dockerd orphans when a build exports a layer it already
+        holds (ci/engine.sh explains; without the reap, every shared layer costs its size again on disk)."""
         if args.prune_cache:
             subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
+            reaped = subprocess.run(["bash", str(REPO / "ci" / "engine.sh"), "reap"], capture_output=True, text=True)
+            say(f"  ({(reaped.stdout + reaped.stderr).strip().splitlines()[-1]})")
     local = {tag: names.local_ref(flavours[tag].tag) for tag in (CPU, TPU, CPU313)}
     try:
         if "build" in steps:
@@ -179,8 +184,16 @@ def main() -> int:
                 f"({100 * equal / len(before):.0f}%, goal 100%), layer counts {len(before)}/{len(after)}")
             engine.images.remove_tag(bake_ref)
         if "single" in steps:
-            # Side by side in one run: the runtime stage of each layout built again from the same cached wheels
-            # stage (--no-cache-filter runtime); the single-layer image pushed, and pulled cold in the pull step.
+            # Side by side in one run: the runtime stage of each layout built from the same cached wheels stage
+            # (--no-cache-filter runtime); the single-layer image pushed, and pulled cold in the pull step. The
+            # flavour images go first (they are pushed; the pull step fetches them cold anyway): a runtime stage
+            # exported beside an identical image would orphan its layers' snapshots.
+            for tag in (CPU, TPU):
+                remove_flavour_image(flavours[tag])
+            prune_cache()
+            started = time.monotonic()
+            runtime_image(plan, flavours[CPU], work / "warm", None, args.wheelhouse, log, single_layer=False)
+            say(f"wheels stage of {CPU} (untimed warm-up for the two layouts): {time.monotonic() - started:.0f} s")
             single_ref = f"{SINGLE_REPOSITORY}:{CPU}"
             layered_ref = f"{SINGLE_REPOSITORY}-layered:{CPU}"
             for layout, ref in (("layered", layered_ref), ("single-layer", single_ref)):
@@ -190,20 +203,19 @@ def main() -> int:
                 say(f"{layout} build of {CPU}, runtime stage (wheels stage from cache): "
                     f"{time.monotonic() - started:.0f} s, {len(engine.images.image_layers(ref))} layers")
             # The layered layout's cold push is the push step's first one (an empty registry); the single layer
-            # is new to the registry whatever it already holds (only the base layer is shared).
+            # goes to an empty registry of its own.
             single_env = start_registry(single_port, work / "single-state")
             cold = Registry.parse(f"127.0.0.1:{single_port}/xla-images-bench-single-layer")
             engine.images.tag_image(single_ref, cold.name, CPU)
             started = time.monotonic()
             engine.transfer.push_image(cold.name, CPU, None)
-            say(f"single-layer push (its layer is new to the registry): {time.monotonic() - started:.1f} s")
+            say(f"single-layer push (cold registry): {time.monotonic() - started:.1f} s")
             engine.images.remove_tag(cold.ref(CPU))
-            kept = engine.images.image_inspect(local[CPU])["Id"]  # the rebuilt layered image may be that very image
             for ref in (layered_ref, single_ref):
                 image_id = engine.images.image_inspect(ref)["Id"]
                 engine.images.remove_tag(ref)
-                if image_id != kept:
-                    engine.images.remove_image(image_id, force=True)
+                engine.images.remove_image(image_id, force=True)
+            prune_cache()
         if "pull" in steps and CPU in pushed:
             # Cold: neither flavour of the release is local, so every layer but the base comes over the wire.
             for tag in (CPU, TPU):
@@ -284,10 +296,10 @@ def remove_flavour_image(flavour) -> None:
         engine.images.remove_image(attrs["Id"], force=True)
 
 
-def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | None, log: Log, *,
+def runtime_image(plan, flavour, context: Path, ref: str | None, wheelhouse: Path | None, log: Log, *,
                   single_layer: bool) -> None:
     """The flavour's runtime stage built again on the cached wheels stage; optionally with every group in one
-    COPY (the single-layer layout), for comparison."""
+    COPY (the single-layer layout), for comparison. `ref` None: only the wheels stage, into the cache."""
     context.mkdir()
     build_context.write_context(plan, flavour, context, wheelhouse)
     if single_layer:
@@ -303,11 +315,16 @@ def runtime_image(plan, flavour, context: Path, ref: str, wheelhouse: Path | Non
     with tempfile.TemporaryDirectory(prefix="bench-iid-") as scratch:
         iidfile = Path(scratch) / "iid"
         command = builder.command(iidfile)
-        command[-1:-1] = ["--no-cache-filter", names.RUNTIME_STAGE]
+        if ref is None:  # the wheels stage into the cache only: nothing exported, nothing loaded
+            command = [word for word in command if word != "--load"]
+            command[-1:-1] = ["--target", "wheels", "--output", "type=cacheonly"]
+        else:
+            command[-1:-1] = ["--no-cache-filter", names.RUNTIME_STAGE]
         errors = engine.buildkit.run_buildx(command, lambda line: log.handle.write(line + "\n"))
         if errors is not None:
-            raise SystemExit(f"{ref}: {errors}")
-        engine.images.tag_image(iidfile.read_text().strip(), *ref.split(":"))
+            raise SystemExit(f"{ref or 'wheels stage'}: {errors}")
+        if ref is not None:
+            engine.images.tag_image(iidfile.read_text().strip(), *ref.split(":"))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,13 @@
 #                          until `docker info` answers
 #   ci/engine.sh stop      stop the dockerd this script started (TERM, wait, then KILL)
 #   ci/engine.sh status    say whether an engine answers; exit 0 if it does, 3 if not
+#   ci/engine.sh reap      free the overlay2 directories dockerd 26 orphans (below): empties the build cache, stops
+#                          the dockerd this script started, removes what its layer store does not name, starts it
+#
+# Why reap: with BuildKit on the overlay2 graph driver, every layer a build exports that the image store already
+# holds (a rebuild of the same flavour, the cpu and tpu flavours' shared layers, a reproducibility check) leaves
+# its build snapshot behind, referenced by nothing and freed by no prune (docker/buildx#2061, moby/moby#45939):
+# ~7 GB per real flavour. Once the build cache is empty, the layer store (layerdb) names every directory in use.
 #
 # Every command is idempotent. State (pid file, log) lives under ${XLA_IMAGES_STATE:-/var/lib/xla-images}.
 # Environment: XLA_IMAGES_STATE; ENGINE_TIMEOUT (seconds to wait for start/stop, default 60); DOCKER_HOST
@@ -197,10 +204,40 @@ status() {
     return 3
 }
 
+reap() {
+    our_pid >/dev/null || die "reap works only on the dockerd this script started ($PID_FILE); it stops it for a moment"
+    need_root reap
+    [ "$(docker info --format '{{.Driver}}')" = overlay2 ] || die "reap knows the overlay2 storage driver only"
+    [ -z "$(docker ps --quiet)" ] || die "containers are running; reap stops the engine, so run it when they are done"
+    docker builder prune --all --force >/dev/null
+    local cache
+    cache="$(docker system df --format '{{.Type}}={{.TotalCount}}' | sed -n 's/^Build Cache=//p')"
+    [ "$cache" = 0 ] || die "the build cache still holds $cache record(s) (a build is running?); try again after it"
+    local root
+    root="$(docker info --format '{{.DockerRootDir}}')"
+    stop
+    local layerdb="$root/image/overlay2/layerdb" in_use dir name bytes count=0 freed=0
+    # awk, not cat: these files end without a newline, and the names must stay one a line.
+    in_use="$(awk 1 "$layerdb"/sha256/*/cache-id "$layerdb"/mounts/*/mount-id "$layerdb"/mounts/*/init-id 2>/dev/null || true)"
+    for dir in "$root"/overlay2/*; do
+        name="$(basename "$dir")"
+        [ "$name" = l ] && continue
+        grep --quiet --line-regexp --fixed-strings -- "$name" <<<"$in_use" && continue
+        bytes="$(du --summarize --bytes "$dir" | cut -f1)"
+        rm -rf -- "$dir"
+        count=$((count + 1))
+        freed=$((freed + bytes))
+    done
+    find "$root/overlay2/l" -xtype l -delete  # the short-name links of what went
+    start
+    say "reaped $count orphaned overlay2 director$([ "$count" = 1 ] && echo y || echo ies), $((freed / 1000000)) MB"
+}
+
 case "${1:-}" in
     install) install_packages "${PACKAGES[@]}" ;;
     start) start ;;
     stop) stop ;;
     status) status ;;
-    *) echo "usage: $0 {install|start|stop|status}" >&2; exit 2 ;;
+    reap) reap ;;
+    *) echo "usage: $0 {install|start|stop|status|reap}" >&2; exit 2 ;;
 esac

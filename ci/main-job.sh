@@ -28,7 +28,7 @@ xla() { "$VENV/bin/python" build.py "$@"; }
 xla validate
 xla render --check
 xla lint
-xla build --keep-going "${flavours[@]}"
+xla build --keep-going --prune-cache "${flavours[@]}"
 xla test "${flavours[@]}"
 xla push "${registry[@]}" "${flavours[@]}"
 printf '\nPublished. Resolve a flavour with, e.g.:\n  ./build.py resolve --abi cxx11 --python 3.11 --accelerator cpu\n'

@@ -8,11 +8,12 @@ context as `split_layers.py`; the host imports it for `GROUPS` and `layer_names`
 How the grouping is decided (never by hand per release):
   * the roots are the flavour's requirements, in order: torch, torch_xla, then libtpu (tpu flavours);
   * `torch-any`: the dependency closure of torch (Requires-Dist, markers evaluated in the image) restricted to
-    python-independent wheels (WHEEL tag `py*-none-*`): the CUDA/nvidia libraries, sympy, networkx... — the
-    biggest and most stable bytes, stored under PURE_DIR (not the python's site-packages), so every flavour
-    whose torch pins the same versions shares this layer, whatever its python;
-  * `torch`: the rest of torch's closure (torch, triton: python-specific wheels), plus the site-packages
-    symlinks to PURE_DIR and the .pyc files of the moved modules;
+    python-independent wheels (WHEEL tag `py*-none-*`) that torch needs on every python (reached through no
+    marker naming the interpreter): the CUDA/nvidia libraries, sympy, networkx... — the biggest and most
+    stable bytes, stored under PURE_DIR (not the python's site-packages), so every flavour whose lock pins the
+    same versions (`lock` aligns them across a release's pythons) shares this layer, whatever its python;
+  * `torch`: the rest of torch's closure (torch, triton: python-specific wheels; setuptools where only newer
+    pythons need it), plus the site-packages symlinks to PURE_DIR and the .pyc files of the moved modules;
   * `torch_xla`: torch_xla's closure minus the above, plus any locked wheel no root reaches;
   * `libtpu`: libtpu's closure minus the above (tpu flavours only), last, so a cpu flavour's layers are a
     prefix of its tpu sibling's.
@@ -46,8 +47,8 @@ LEFTOVER_GROUP = "torch_xla"
 # The python-independent group's files live here instead of site-packages (which names the python): the same
 # bytes at the same path for every python, so flavours of one release and different pythons share that layer.
 # site-packages keeps a symlink per top-level entry (RPATHs like torch's $ORIGIN/../../nvidia/... still resolve,
-# and imports, metadata and tracebacks see the usual paths); those symlinks and the python-specific .pyc files
-# compiled for the moved modules go into the next (python-specific) layer.
+# and imports, metadata and tracebacks see the usual paths); those symlinks, the python-specific .pyc files
+# compiled for the moved modules and the RECORD files naming them go into the next (python-specific) layer.
 PURE_DIR = "/opt/xla-images/any"
 PURE_GROUP = "torch-any"
 PURE_EXTRAS_GROUP = "torch"
@@ -80,7 +81,17 @@ def _is_pure(dist) -> bool:
     return bool(tags) and all(tag.startswith("py") and tag.split("-")[1] == "none" for tag in tags)
 
 
-def _closure(root: str, dists: dict, locked: set[str]) -> list[str]:
+# Marker variables that name the interpreter. What only such a marker pulls in (torch 2.9 wants setuptools on
+# python >= 3.12) is there for some pythons and not for others, so it cannot be in the layer they all share.
+PYTHON_MARKERS = ("python_version", "python_full_version", "implementation_name", "implementation_version",
+                  "platform_python_implementation")
+
+
+def _closure(root: str, dists: dict, locked: set[str], *, python_neutral: bool = False) -> list[str]:
+    """Installed distributions `root` requires, transitively (markers evaluated here, in the image).
+
+    `python_neutral`: follow only requirements whose marker names no interpreter variable (PYTHON_MARKERS).
+    """
     from pip._vendor.packaging.requirements import Requirement
 
     seen: list[str] = []
@@ -96,6 +107,8 @@ def _closure(root: str, dists: dict, locked: set[str]) -> list[str]:
         for text in dists[name].requires or []:
             requirement = Requirement(text)
             if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                if python_neutral and any(word in str(requirement.marker) for word in PYTHON_MARKERS):
+                    continue
                 for wanted in ("", *sorted(requirement.extras)):
                     todo.append((canonical(requirement.name), wanted))
     return sorted(seen)
@@ -108,11 +121,11 @@ def assign_groups(roots: list[str], dists: dict, locked: set[str]) -> dict[str, 
     for name, root_index, which in GROUPS:
         if root_index >= len(roots):
             continue
-        members = [dist for dist in _closure(roots[root_index], dists, locked) if dist not in placed]
+        neutral = which == "pure"  # the shared layer takes only what every python's torch pulls in
+        members = [dist for dist in _closure(roots[root_index], dists, locked, python_neutral=neutral)
+                   if dist not in placed]
         if which == "pure":
             members = [dist for dist in members if _is_pure(dists[dist])]
-        elif which == "specific":
-            members = [dist for dist in members if not _is_pure(dists[dist])]
         groups[name] = members
         placed.update(members)
     groups[LEFTOVER_GROUP].extend(sorted(dist for dist in locked if dist in dists and dist not in placed))
@@ -184,13 +197,19 @@ def _relocatable(groups: dict[str, list[str]], dists: dict, site_packages: Path)
             if not ({_top(path, site_packages) for path in _files_of(dists[dist], site_packages)} & others - {None})}
 
 
+def _names_the_python(path: Path) -> bool:
+    """A file of a python-independent wheel whose bytes still depend on the python: the .pyc files, and the
+    RECORD that lists them (`__pycache__/x.cpython-311.pyc`)."""
+    return path.suffix == ".pyc" or (path.name == "RECORD" and path.parent.name.endswith(".dist-info"))
+
+
 def _place(path: Path, site_packages: Path, group: str, moved: bool) -> tuple[str, Path]:
     """(layer, path in the image) of one installed file (see PURE_DIR)."""
     top = _top(path, site_packages)
     if not moved or top is None:
         return (PURE_EXTRAS_GROUP if moved else group), path
     target = Path(PURE_DIR) / path.relative_to(site_packages)
-    return (PURE_EXTRAS_GROUP if path.suffix == ".pyc" else group), target
+    return (PURE_EXTRAS_GROUP if _names_the_python(path) else group), target
 
 
 def split(site_packages: Path, venv: Path, out: Path, roots: list[str], locked: set[str], baseline: set[str],

@@ -7,6 +7,14 @@ the image checks and smoke suite inside it, the suite registry (XLA_IMAGES_TEST_
 127.0.0.1:5000, as `ci/registry.sh start` runs it). Before the pull every local name of the image is removed,
 so the pull really moves the layers; the pulled image is then given its names back.
 
+Disk: a CI runner may have little more than 30 GB free beside the project's venv, and every copy of this image
+costs ~7.5 GB. So the build prunes its build cache as soon as the image is tagged (`--prune-cache`), the pushed
+blobs are garbage-collected when the suite registry is ours, the first image goes before bake rebuilds it (an
+identical layer exported beside an existing one leaves an orphaned copy in dockerd 26, docker/buildx#2061), and
+bake's build cache goes before its image is checked: the peak stays near one image, one cache and the engine's
+temporary copy while `test` scans the layers (~20 GB above the idle machine). A runner with less than MIN_FREE_GB free fails here first, clearly, instead of
+somewhere in the middle of a build.
+
 Clean-up: the pushed manifest is deleted from the registry, the downstream image and the digest reference are
 removed; `xla-images:r2.9.0_3.11_cpu` stays unless XLA_IMAGES_TEST_CLEANUP=1. Phase timings are printed and
 recorded as JUnit properties; they are not asserted (benchmarks/bench_publish.py measures push and pull).
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -28,13 +37,14 @@ from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
 from xla_images.model.flavour import Flavour
 from xla_images.model.registry import Registry
-from xla_images.run import bake as baking, build, engine, publish
+from xla_images.run import bake, build, engine, prune, publish
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 TAG = "r2.9.0_3.11_cpu"
 REPOSITORY = "xla-images-e2e"
+MIN_FREE_GB = 22  # one image (7.5), its build cache (7.5), the engine's scan copy (~5), and room to spare
 
 
 class Phases:
@@ -93,6 +103,33 @@ def registry() -> Registry:
     return registry
 
 
+def docker_root() -> Path:
+    return Path(engine.connection.engine_info().get("DockerRootDir") or "/var/lib/docker")
+
+
+def free_gb(path: Path) -> float:
+    return shutil.disk_usage(path).free / 1e9
+
+
+@pytest.fixture(scope="module", autouse=True)
+def enough_disk() -> None:
+    """Fail up front, naming the numbers, where a runner has too little disk for one real image."""
+    root = docker_root()
+    free = free_gb(root)
+    print(f"[e2e] disk free under {root}: {free:.1f} GB", file=sys.stderr)
+    if free < MIN_FREE_GB:
+        pytest.fail(f"the real-flavour end to end needs ~{MIN_FREE_GB} GB free under {root}; {free:.1f} GB are "
+                    "(run ci/cleanup.sh, or free space)")
+
+
+def collect_registry_garbage(registry: Registry) -> None:
+    """Give the pushed blobs' ~4.3 GB back when the registry is one ci/registry.sh runs here."""
+    local = prune.local_registry(registry)
+    if local is not None:
+        collected = prune.garbage_collect(local, lambda line: None)
+        print(f"[e2e] registry garbage collection freed {collected.freed / 1e9:.1f} GB", file=sys.stderr)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def real_flavour_names() -> Iterator[None]:
     """The built image stays for the bake test below; with XLA_IMAGES_TEST_CLEANUP=1 its names go at the end."""
@@ -122,7 +159,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
     downstream = f"xla-images-e2e/downstream:{os.getpid()}"
     try:
         with phases("build"):
-            (result,) = build.build_flavours(plan, [flavour], build.BuildOptions(), QuietReporter())
+            (result,) = build.build_flavours(plan, [flavour], build.BuildOptions(prune_cache=True), QuietReporter())
             assert result.outcome in (build.Outcome.BUILT, build.Outcome.SKIPPED), result.message
             image_id = build.built_image_id(flavour)
             assert image_id is not None
@@ -189,6 +226,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
         _restore_names(flavour, pulled_ref)
         if digest is not None:
             client.delete_manifest(digest)
+            collect_registry_garbage(registry)
         engine.images.remove_image(downstream, force=True)
         if pulled_ref is not None:
             engine.images.remove_tag(pulled_ref)
@@ -212,26 +250,34 @@ BAKE_REPOSITORY = "xla-images-e2e-bake"
 
 def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_and_smoke(
         tmp_path: Path, phases: Phases) -> None:
-    """The build of the test above is in the engine's build cache; --no-cache makes bake run every step again
-    (pip installs every wheel anew), which is what an empty cache on another machine does, without pruning a
-    cache other builds on this engine share."""
+    """bake from the generated docker-bake.json, from a pruned cache and with --no-cache (every step runs again,
+    pip installs every wheel anew): what an empty cache on another machine does. Every layer must equal the
+    build test's, and the bake image passes the same checks and smoke suite."""
     if not engine.buildkit.use_buildkit():
         pytest.fail(f"CI needs BuildKit for bake: {engine.buildkit.buildx_info().problem}")
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))
     first = build.built_image_id(flavour)
     assert first is not None, "the build test leaves xla-images:" + TAG
+    built = engine.images.image_layers(first)
     target = cigen.bake_target_name(flavour)
     bake_ref = f"{BAKE_REPOSITORY}:{TAG}"
     lines: list[str] = []
+    # The first image goes before bake runs: dockerd 26 with BuildKit orphans the snapshot of every layer it
+    # exports that the image store already holds (docker/buildx#2061) — 7 GB of overlay2 no prune frees.
+    for name in flavour.tags:
+        engine.images.remove_tag(names.local_ref(name))
+    engine.images.remove_if_unnamed(first)
+    engine.builds.prune_build_cache()
     try:
         with phases("bake"):
-            override = baking.assemble_bake_contexts(plan, [flavour], tmp_path / "bake")
+            override = bake.assemble_bake_contexts(plan, [flavour], tmp_path / "bake")
             engine.buildkit.bake([REPO / cigen.BAKE_FILE, override], [target], lines.append, no_cache=True,
-                                 overrides=[f"{target}.tags={bake_ref}"])
+                        overrides=[f"{target}.tags={bake_ref}"])
+        engine.builds.prune_build_cache()  # its ~7.5 GB stage copies are not needed to check the image
         cached = [line for line in lines if line.endswith(" CACHED")]
         assert len(cached) <= 2, f"--no-cache took steps from the cache: {cached}"  # FROM metadata only
-        built, baked = engine.images.image_layers(names.local_ref(flavour.tag)), engine.images.image_layers(bake_ref)
+        baked = engine.images.image_layers(bake_ref)
         assert len(baked) == len(built)
         differing = [index for index, (old, new) in enumerate(zip(built, baked)) if old != new]
         assert not differing, f"layers {differing} of {len(built)} differ between build.py and bake --no-cache"
@@ -251,6 +297,10 @@ def test_bake_rebuilds_the_real_flavour_with_equal_layers_and_it_passes_checks_a
         assert smoke_report["summary"]["failed"] == 0 and smoke_report["summary"]["error"] == 0
     finally:
         attrs = engine.images.image_inspect(bake_ref)
+        if attrs is not None and attrs["Id"] == first:  # the same image, bit for bit: it gets its names back
+            for name in flavour.tags:
+                engine.images.tag_image(bake_ref, names.LOCAL_REPOSITORY, name)
         engine.images.remove_tag(bake_ref)
-        if attrs is not None and attrs["Id"] != first:
+        if attrs is not None:
             engine.images.remove_if_unnamed(attrs["Id"])
+        engine.builds.prune_build_cache()

@@ -169,3 +169,38 @@ def test_log_file_fails_once_naming_itself_then_drops_lines(tmp_path: Path) -> N
     log.write("second\n")  # dropped, no second error
     log.close()
     assert log.failed
+
+
+# --- the pull stall watchdog's limit ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, seconds", [("", engine.transfer.PULL_STALL_SECONDS), ("5", 5.0), (" 90.5 ", 90.5)])
+def test_pull_stall_limit_comes_from_the_environment(text: str, seconds: float, monkeypatch) -> None:
+    monkeypatch.setenv(engine.transfer.PULL_STALL_ENV, text)
+    assert engine.transfer.pull_stall_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "0.5", "3601", "nan", "inf", "-5", "ten", "1e9"])
+def test_a_pull_stall_limit_out_of_range_is_a_clear_error(text: str, monkeypatch) -> None:
+    monkeypatch.setenv(engine.transfer.PULL_STALL_ENV, text)
+    with pytest.raises(Failure) as raised:
+        engine.transfer.pull_stall_seconds()
+    assert raised.value.rule == "pull-stall" and engine.transfer.PULL_STALL_ENV in raised.value.message
+
+
+def test_a_stalled_pull_is_retried_then_reported(monkeypatch) -> None:
+    """Every attempt stalls: `attempts` tries, a progress line between them, then one pull-stall Failure."""
+    tries: list[float] = []
+
+    def stalling(ref: str, auth: object, say, stall: float) -> None:
+        tries.append(stall)
+        raise engine.transfer._PullStalled()
+
+    monkeypatch.setattr(engine.transfer, "_pull_once", stalling)
+    lines: list[str] = []
+    with pytest.raises(Failure) as raised:
+        engine.transfer.pull_image("127.0.0.1:5999/x@" + DIGEST, None, lines.append, stall_seconds=7, attempts=3)
+    assert tries == [7, 7, 7]
+    assert raised.value.rule == "pull-stall"
+    assert "no progress for 7 s, 3 times" in raised.value.message
+    assert lines == [f"  no progress for 7 s: pulling 127.0.0.1:5999/x@{DIGEST} again (attempt {n} of 3)"
+                     for n in (2, 3)]

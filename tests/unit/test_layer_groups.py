@@ -20,7 +20,10 @@ def dists() -> dict[str, FakeDist]:
     specific, pure = "cp311-cp311-manylinux_2_28_x86_64", "py3-none-manylinux_2_17_x86_64"
     items = [
         FakeDist("torch", ["nvidia-cublas-cu12; platform_system == 'Linux'", "sympy>=1", "triton",
-                           "numpy; extra == 'numpy'", "dask; python_version < '3.0'"], specific),
+                           "numpy; extra == 'numpy'", "dask; python_version < '3.0'",
+                           "setuptools; python_version >= '3.8'"], specific),
+        FakeDist("setuptools", ["wheel-helper"], "py3-none-any"),
+        FakeDist("wheel-helper", [], "py3-none-any"),
         FakeDist("nvidia-cublas-cu12", [], pure),
         FakeDist("sympy", ["mpmath"], "py3-none-any"),
         FakeDist("mpmath", [], "py3-none-any"),
@@ -39,11 +42,22 @@ def test_groups_follow_closures_and_wheel_tags() -> None:
     groups = layers.assign_groups(["torch", "torch-xla", "libtpu"], everything, set(everything))
     assert groups == {
         "torch-any": ["mpmath", "nvidia-cublas-cu12", "sympy"],  # python-independent part of torch's closure
-        "torch": ["torch", "triton"],
+        # setuptools is pure but only some pythons' torch wants it (a python_version marker): not shared, and
+        # neither is what only it pulls in
+        "torch": ["setuptools", "torch", "triton", "wheel-helper"],
         # numpy is not torch's (only under an extra torch does not ask for); absl-py and the stray unreached wheel
         "torch_xla": ["absl-py", "numpy", "stray", "torch-xla"],
         "libtpu": ["libtpu"],  # numpy, its dependency, is already placed: libtpu's layer holds libtpu alone
     }
+
+
+def test_a_pure_wheel_other_roots_need_unconditionally_stays_shared() -> None:
+    """setuptools wanted by torch only on some pythons, but by sympy on all: it is in every python's closure."""
+    everything = dists()
+    everything["sympy"].requires = ["mpmath", "setuptools"]
+    groups = layers.assign_groups(["torch", "torch-xla"], everything, set(everything) - {"libtpu"})
+    assert groups["torch-any"] == ["mpmath", "nvidia-cublas-cu12", "setuptools", "sympy", "wheel-helper"]
+    assert groups["torch"] == ["torch", "triton"]
 
 
 def test_cpu_and_tpu_get_the_same_groups_but_libtpus() -> None:
@@ -80,3 +94,22 @@ def test_rendered_dockerfiles_have_no_secret_mount_the_classic_rewrite_misses() 
         classic = context.classic_dockerfile(dockerfile.read_text())
         assert "--mount" not in classic, dockerfile
         assert classic.count("COPY xla-secrets/") == 2, dockerfile
+
+
+def test_files_of_a_moved_wheel_that_name_the_python_go_to_the_python_specific_layer() -> None:
+    """RECORD lists `x.cpython-311.pyc`: like the .pyc files themselves it differs per python, so it leaves the
+    shared layer (moved under PURE_DIR all the same, where pip and importlib.metadata look for it)."""
+    site = Path("/opt/venv/lib/python3.11/site-packages")
+    any_dir = Path(layers.PURE_DIR)
+    cases = {
+        site / "networkx/__init__.py": ("torch-any", any_dir / "networkx/__init__.py"),
+        site / "networkx/__pycache__/__init__.cpython-311.pyc":
+            ("torch", any_dir / "networkx/__pycache__/__init__.cpython-311.pyc"),
+        site / "networkx-3.6.1.dist-info/RECORD": ("torch", any_dir / "networkx-3.6.1.dist-info/RECORD"),
+        site / "networkx-3.6.1.dist-info/METADATA": ("torch-any", any_dir / "networkx-3.6.1.dist-info/METADATA"),
+        site / "networkx/RECORD": ("torch-any", any_dir / "networkx/RECORD"),  # a data file of that name
+        Path("/opt/venv/bin/isympy"): ("torch", Path("/opt/venv/bin/isympy")),  # its shebang names the venv
+    }
+    for path, expected in cases.items():
+        assert layers._place(path, site, "torch-any", moved=True) == expected, path
+    assert layers._place(site / "torch/RECORD", site, "torch", moved=False) == ("torch", site / "torch/RECORD")

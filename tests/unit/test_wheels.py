@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import html
 import subprocess
 import zipfile
 from pathlib import Path
@@ -55,11 +56,12 @@ INDEX_WHEELS = [
 ]
 
 
-def write_wheel(directory: Path, name: str, version: str, requires: list[str]) -> Path:
+def write_wheel(directory: Path, name: str, version: str, requires: list[str], requires_python: str = "") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}-{version}-py3-none-any.whl"
     dist_info = f"{name}-{version}.dist-info"
     metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata += [f"Requires-Python: {requires_python}"] if requires_python else []
     metadata += [f"Requires-Dist: {requirement}" for requirement in requires]
     metadata += sorted({f"Provides-Extra: {r.split('extra == ')[1].strip(chr(34))}" for r in requires
                         if "extra ==" in r})
@@ -78,15 +80,16 @@ def sha256(path: Path) -> str:
 def make_index(root: Path, specs=INDEX_WHEELS) -> Path:
     """A PEP 503 index on disk: simple/<project>/index.html linking files with #sha256= fragments."""
     files = root / "files"
-    pages: dict[str, list[Path]] = {}
-    for name, version, requires in specs:
-        wheel = write_wheel(files, name, version, requires)
-        pages.setdefault(name.lower().replace("_", "-"), []).append(wheel)
+    pages: dict[str, list[tuple[Path, str]]] = {}
+    for name, version, requires, *python in specs:  # an optional fourth item: Requires-Python
+        wheel = write_wheel(files, name, version, requires, *python)
+        pages.setdefault(name.lower().replace("_", "-"), []).append((wheel, "".join(python)))
     for project, project_wheels in pages.items():
         page = root / "simple" / project / "index.html"
         page.parent.mkdir(parents=True)
-        links = "".join(f'<a href="../../files/{wheel.name}#sha256={sha256(wheel)}">{wheel.name}</a>\n'
-                        for wheel in project_wheels)
+        links = "".join(f'<a href="../../files/{wheel.name}#sha256={sha256(wheel)}"'
+                        + (f' data-requires-python="{html.escape(python)}"' if python else "")
+                        + f">{wheel.name}</a>\n" for wheel, python in project_wheels)
         page.write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
     return root / "simple"
 
@@ -228,10 +231,13 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
     assert report.failed == () and report.skipped == ()
     assert sorted(result.tag for result in report.locked) == sorted(flavour.tag for flavour in plan.flavours)
     # Two groups (python 3.11, 3.12), each shared by tpu and cpu; 3.12 needs a second round for setuptools.
+    # 3.11 (the release's lowest python) goes first; 3.12 is resolved with its python-independent pins too.
     assert len(runner.commands) == 3
     roots = [tuple(arg for arg in command if "==" in arg or arg == "setuptools") for command in runner.commands]
-    assert sorted(roots) == sorted([("libtpu==0.0.21", "torch==2.9.0", "torch_xla==2.9.0")] * 2
-                                   + [("libtpu==0.0.21", "torch==2.9.0", "torch_xla==2.9.0", "setuptools")])
+    group = ("libtpu==0.0.21", "torch==2.9.0", "torch_xla==2.9.0")
+    pins = ("absl-py==2.0.0", "filelock==3.1.0", "mpmath==1.3.0", "pysocks==1.7.1", "requests==2.32.0",
+            "sympy==1.13.0")
+    assert roots == [group, group + pins, group + pins + ("setuptools",)]
     for command in runner.commands:
         assert command[3:4] == ["--isolated"] and "--dry-run" in command and "--only-binary=:all:" in command
         assert "--python-version" in command and "manylinux_2_28_x86_64" in command
@@ -253,6 +259,59 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
     again = wheels.lock(fresh, [next(f for f in fresh.flavours if f.tag == "r2.9.0_3.11_cpu")])
     assert [(result.tag, result.changed, result.shared_with) for result in again.locked] == [
         ("r2.9.0_3.11_cpu", False, ())]
+
+
+# A python-independent dependency whose newest release needs a newer python (networkx 3.7 needs >= 3.12).
+ALIGN_WHEELS = [("torch", "2.9.0", ["filelock"]), ("torch_xla", "2.9.0", ["torch==2.9.0"]),
+                ("libtpu", "0.0.21", []),
+                ("filelock", "3.1.0", [], ">=3.10"), ("filelock", "3.2.0", [], ">=3.12")]
+
+
+def test_a_release_s_pythons_lock_the_same_python_independent_wheels(tmp_path: Path) -> None:
+    """Left alone, python 3.12 would take filelock 3.2.0; resolved with the pins of 3.11 (the release's lowest
+    python) it takes 3.1.0 like 3.11 does, so their torch-any layers can be the same bytes."""
+    index = make_index(tmp_path / "index", ALIGN_WHEELS)
+    plan = project(tmp_path, index)
+    free = wheels.Resolver(plan.site).resolve([next(f for f in plan.flavours if f.tag == "r2.9.0_3.12_cpu")],
+                                              ("torch==2.9.0", "torch_xla==2.9.0"))
+    assert {entry.name: entry.version for entry in free["r2.9.0_3.12_cpu"]}["filelock"] == "3.2.0"
+    messages: list[str] = []
+    report = wheels.lock(plan, list(plan.flavours), progress=messages.append)
+    assert report.failed == ()
+    assert {tag: lock_names(plan, tag)["filelock"] for tag in ("r2.9.0_3.11_cpu", "r2.9.0_3.12_cpu")} == {
+        "r2.9.0_3.11_cpu": "3.1.0", "r2.9.0_3.12_cpu": "3.1.0"}
+    flavour312 = next(f for f in plan.flavours if f.tag == "r2.9.0_3.12_cpu")
+    assert sync.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
+    assert sync.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
+    assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
+    assert not any("do not resolve here" in message for message in messages)
+
+
+def test_pins_that_do_not_resolve_for_a_newer_python_fall_back_to_a_free_resolution(tmp_path: Path) -> None:
+    """filelock 3.0.5 (what 3.11 locks) does not install on 3.12: 3.12 is resolved without the pins, says so,
+    and its lock counts as fresh."""
+    index = make_index(tmp_path / "index", [*ALIGN_WHEELS[:3], ("filelock", "3.0.5", [], "<3.12"),
+                                            ("filelock", "3.1.0", [], ">=3.12")])
+    plan = project(tmp_path, index)
+    messages: list[str] = []
+    report = wheels.lock(plan, list(plan.flavours), progress=messages.append)
+    assert report.failed == ()
+    assert lock_names(plan, "r2.9.0_3.11_cpu")["filelock"] == "3.0.5"
+    assert lock_names(plan, "r2.9.0_3.12_cpu")["filelock"] == "3.1.0"
+    assert any("r2.9.0_3.12_cpu" in message and "the python-independent pins of python 3.11 do not resolve here"
+               in message for message in messages), messages
+    assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
+
+
+def test_a_changed_anchor_lock_makes_the_other_pythons_stale(tmp_path: Path) -> None:
+    index = make_index(tmp_path / "index", ALIGN_WHEELS)
+    plan = project(tmp_path, index)
+    wheels.lock(plan, list(plan.flavours))
+    anchor = plan.root / "Dockerfiles" / "r2.9.0_3.11_cpu" / names.LOCK_NAME
+    anchor.write_text(anchor.read_text().replace("filelock==3.1.0", "filelock==3.0.9"))
+    states = {flavour.tag: sync.lock_status(plan, flavour).state for flavour in plan.flavours}
+    assert states["r2.9.0_3.12_cpu"] is sync.LockState.STALE
+    assert states["r2.9.0_3.11_tpuvm"] is sync.LockState.FRESH  # the anchor python's own locks do not align
 
 
 def project_overrides(index: Path) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from xla_images import names
+from xla_images.generate import sync
 from xla_images.generate.plan import load_plan
 from xla_images.model import lockfile
 from xla_images.run import wheels
@@ -25,6 +26,13 @@ def test_real_lock_matches_the_committed_one(tmp_path: Path) -> None:
     shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
     plan = load_plan(tmp_path / "matrix.yaml")
     flavour = next(flavour for flavour in plan.flavours if flavour.tag == TAG)
+    # The release's lowest python's committed locks: their python-independent pins are part of the resolution.
+    anchor = lockfile.anchor_python(plan.flavours, flavour)
+    for other in plan.flavours:
+        if other.python == anchor and lockfile.release_family(other) == lockfile.release_family(flavour):
+            plan.lock_path(other).parent.mkdir(parents=True)
+            shutil.copy(ROOT / "Dockerfiles" / other.tag / names.LOCK_NAME, plan.lock_path(other))
+    assert sync.aligned_pins(plan, flavour), "3.11 is not 2.9.0's lowest python: nothing to align with?"
     started = time.monotonic()
     report = wheels.lock(plan, [flavour])
     seconds = time.monotonic() - started

@@ -30,10 +30,10 @@ class Plan:
     # tag -> file name -> content, as `render` writes them under Dockerfiles/<tag>/
     rendered: dict[str, dict[str, str]]
 
-    def flavour_dir(self, flavour: Flavour) -> Path:
+    def flavour_dir(self, flavour: Target) -> Path:
         return self.root / DOCKERFILES / flavour.tag
 
-    def lock_path(self, flavour: Flavour) -> Path:
+    def lock_path(self, flavour: Target) -> Path:
         return self.flavour_dir(flavour) / LOCK_NAME
 
     @property

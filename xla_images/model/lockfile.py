@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from .. import userfiles
 from ..errors import ConfigError, Failure, Location, shown_value
 from ..names import GENERATED_MARK, LOCK_NAME
@@ -128,6 +130,30 @@ def group_requirements(flavours: Iterable[Target], flavour: Target) -> tuple[str
     return tuple(sorted(union))
 
 
+def is_pure_wheel(filename: str) -> bool:
+    """A python-independent wheel (`py*-none-*` tag): the same file serves every python."""
+    parts = filename.removesuffix(".whl").split("-")
+    return len(parts) >= 5 and parts[-3].startswith("py") and parts[-2] == "none"
+
+
+def release_family(flavour: Target) -> tuple[str, str, WheelSource]:
+    """Targets that may share python-independent wheels: one release, ABI and wheel source, any python."""
+    return flavour.abi.value, flavour.torch_xla, flavour.wheel_source
+
+
+def anchor_python(flavours: Iterable[Target], flavour: Target) -> str:
+    """The lowest python of `flavour`'s release family among `flavours` (the whole plan)."""
+    family = release_family(flavour)
+    pythons = {other.python for other in flavours if release_family(other) == family} | {flavour.python}
+    return min(pythons, key=lambda python: tuple(int(part) for part in python.split(".")))
+
+
+def unaligned(pins: Sequence[str]) -> str:
+    """What a lock records instead of `pins` when they did not resolve for its python: it stays fresh until the
+    anchor's pins change (then `lock` tries them again)."""
+    return "unaligned:" + hashlib.sha256("\n".join(sorted(pins)).encode()).hexdigest()
+
+
 def lock_inputs(flavour: Target, resolved_with: Sequence[str]) -> str:
     """Hash of everything a lock is resolved from. Equal inputs, no reason to re-resolve."""
     payload = {
@@ -149,3 +175,10 @@ def unavailable_reason(site: Site, source: WheelSource, flavour: Target) -> str 
         return (f"wheel source {source.name} reads the wheelhouse {wheelhouse}, which does not exist; build the "
                 f"wheels with {flavour.wheel_build.command} or point the source at existing wheels")
     return None
+
+def parse_requirement(text: str) -> Requirement:
+    """A requirement line (`torch==2.9.0`, `setuptools; python_version >= \"3.12\"`) parsed, or a Failure."""
+    try:
+        return Requirement(text)
+    except InvalidRequirement as error:
+        raise Failure(f"cannot parse requirement {text!r}: {error}", rule="lock-resolve") from None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import extras
+from .. import diskio, extras
 from ..model.flavour import Flavour
 from . import smoke_runner
 
@@ -86,7 +86,8 @@ def run(flavour: Flavour, image: str, layers: Sequence[int], report_dir: Path, *
     result = smoke_runner.run(flavour, image, report_dir / "bench", tpu=tpu, layers=layers, only=BENCH_CHECKS,
                               on_line=on_line, role="bench")
     bench = from_smoke(flavour, image, result)
-    (report_dir / BENCH_JSON).write_text(json.dumps(bench.to_json(), indent=2) + "\n", encoding="utf-8")
+    diskio.write_text_atomic(report_dir / BENCH_JSON, json.dumps(bench.to_json(), indent=2) + "\n",
+                             "the bench report")
     return bench
 
 

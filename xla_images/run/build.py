@@ -82,6 +82,9 @@ class BuildOptions:
     reports_dir: Path | None = None
     # Run every step again (BuildKit `--no-cache`): what a reproducibility check rebuilds with.
     no_cache: bool = False
+    # Drop the engine's unused build cache after each flavour: BuildKit keeps a real flavour's installed venv
+    # (~7.5 GB) beside its image, which a disk-bound runner cannot afford flavour after flavour.
+    prune_cache: bool = False
 
 
 class Reporter(Protocol):
@@ -260,6 +263,8 @@ class _Run:
                 say(f"FAILED: {error.render()}")
             result.seconds = time.monotonic() - started
             say(f"{result.outcome.value} in {result.seconds:.1f} s")
+            if self.options.prune_cache and result.outcome is Outcome.BUILT:
+                say(f"build cache pruned: {engine.builds.prune_build_cache() / 1e9:.2f} GB reclaimed")
         return result
 
     def _build_and_tag(self, flavour: Target, result: FlavourResult, say) -> str:

@@ -8,12 +8,12 @@ On this machine the suite runs on the PJRT CPU device; `tpu=True` runs it the wa
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .. import diskio
 from ..errors import Failure
 from ..model.flavour import Accelerator, Flavour
 from . import engine
@@ -97,11 +97,14 @@ def run(flavour: Flavour, image: str, report_dir: Path, *, tpu: bool = False, la
 
 
 def _collect(scratch: Path, report_dir: Path) -> Path | None:
+    """Move the suite's reports into place, each whole or not at all (a full disk or Ctrl-C halfway through
+    leaves the earlier state, never half a report)."""
     found = None
     for theirs, ours in SUITE_FILES.items():
         source = scratch / theirs
         if source.is_file():
-            shutil.copyfile(source, report_dir / ours)
+            diskio.write_text_atomic(report_dir / ours, source.read_text(encoding="utf-8", errors="replace"),
+                                     "the smoke report")
             if theirs == "report.json":
                 found = report_dir / ours
     return found

@@ -37,15 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
-from ..generate.sync import write_if_changed
-from ..model.lockfile import (PLATFORMS, Lock, LockEntry, format_lock, group_key, group_requirements, lock_inputs,
-                              read_lock, unavailable_reason)
+from ..generate.sync import aligned_pins, write_if_changed
+from ..model.lockfile import (PLATFORMS, Lock, LockEntry, anchor_python, format_lock, group_key, group_requirements,
+                              lock_inputs, parse_requirement, read_lock, release_family, unaligned, unavailable_reason)
 from ..model.site import Site, WheelSource
 from ..model.target import Target
 
@@ -206,7 +206,7 @@ def closure(items: dict[str, dict[str, Any]], roots: Iterable[str], environment:
     missing: list[str] = []
     conflicts: list[str] = []
     seen: set[tuple[str, str]] = set()
-    todo = [(_requirement(root), "the flavour") for root in roots]
+    todo = [(parse_requirement(root), "the flavour") for root in roots]
     while todo:
         requirement, wanted_by = todo.pop()
         name = canonicalize_name(requirement.name)
@@ -224,18 +224,13 @@ def closure(items: dict[str, dict[str, Any]], roots: Iterable[str], environment:
                 continue
             seen.add((name, extra))
             for text in item["metadata"].get("requires_dist") or []:
-                dependency = _requirement(text)
+                dependency = parse_requirement(text)
                 marker = dependency.marker
                 if marker is None or marker.evaluate({**environment, "extra": extra}):
                     todo.append((dependency, f"{name} {version}"))
     return Closure(sorted(names), sorted(set(missing)), conflicts)
 
 
-def _requirement(text: str) -> Requirement:
-    try:
-        return Requirement(text)
-    except InvalidRequirement as error:
-        raise Failure(f"cannot parse requirement {text!r}: {error}", rule="lock-resolve") from None
 
 
 def _without_marker(requirement: Requirement) -> str:
@@ -288,10 +283,12 @@ class LockReport:
 
 def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Resolver | None = None,
          progress: Callable[[str], None] = lambda message: None) -> LockReport:
-    """Resolve and write the locks of `flavours`; groups run `jobs` at a time.
+    """Resolve and write the locks of `flavours`; release families run `jobs` at a time.
 
-    A group that fails (say, a pin with no wheel for its python) does not stop the others: every lock that
-    can be made is written, and the failures are reported together.
+    A release family (one torch_xla, ABI and wheel source) is locked python by python, the lowest first; the
+    others are resolved with that python's python-independent pins too (`aligned_pins`), falling back to a free
+    resolution where those pins do not resolve. A group that fails (say, a pin with no wheel for its python)
+    does not stop the others: every lock that can be made is written, and the failures are reported together.
     """
     resolver = resolver or Resolver(plan.site)
     skipped, groups = [], {}
@@ -302,13 +299,15 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         else:
             groups.setdefault(group_key(flavour), []).append(flavour)
 
-    def resolve_and_write(members: list[Target], roots: Sequence[str]) -> list[LockResult]:
+    def resolve_and_write(members: list[Target], roots: Sequence[str],
+                          recorded: Sequence[str] | None = None) -> list[LockResult]:
         started = time.monotonic()
         entries = resolver.resolve(members, roots)
         seconds = time.monotonic() - started
         written = []
         for flavour in members:
-            text = format_lock(flavour, lock_inputs(flavour, roots), entries[flavour.tag])
+            text = format_lock(flavour, lock_inputs(flavour, roots if recorded is None else recorded),
+                               entries[flavour.tag])
             changed = write_if_changed(plan.lock_path(flavour), text)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
@@ -317,8 +316,17 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         return written
 
     def run(members: list[Target]) -> tuple[list[LockResult], list[GroupFailure]]:
+        group = group_requirements(plan.flavours, members[0])
+        pins = aligned_pins(plan, members[0])  # the anchor python's group ran before this one (run_family)
+        if pins:
+            try:
+                return resolve_and_write(members, group + pins), []
+            except XlaImagesError as error:
+                progress(f"{' + '.join(flavour.tag for flavour in members)}: the python-independent pins of python "
+                         f"{anchor_python(plan.flavours, members[0])} do not resolve here "
+                         f"({error.message.splitlines()[0]}); resolving without them (torch-any not shared)")
         try:
-            return resolve_and_write(members, group_requirements(plan.flavours, members[0])), []
+            return resolve_and_write(members, group, group + (unaligned(pins),) if pins else None), []
         except XlaImagesError as error:
             if len(members) == 1:
                 progress(f"FAILED {members[0].tag}")
@@ -329,16 +337,31 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         results, failures = [], []
         for flavour in members:
             try:
-                results += resolve_and_write([flavour], flavour.requirements)
+                results += resolve_and_write([flavour], flavour.requirements,
+                                             flavour.requirements + (unaligned(pins),) if pins else None)
             except XlaImagesError as alone:
                 progress(f"FAILED {flavour.tag}")
                 failures.append(GroupFailure((flavour.tag,), alone))
         return results, failures
 
+    def run_family(members_by_python: list[list[Target]]) -> tuple[list[LockResult], list[GroupFailure]]:
+        # The anchor (lowest) python first: the others are resolved with the pins its lock has then.
+        results, failures = [], []
+        for members in members_by_python:
+            more_results, more_failures = run(members)
+            results += more_results
+            failures += more_failures
+        return results, failures
+
+    families: dict[tuple, list[list[Target]]] = {}
+    for members in groups.values():
+        families.setdefault(release_family(members[0]), []).append(members)
+    for members_by_python in families.values():
+        members_by_python.sort(key=lambda members: tuple(int(part) for part in members[0].python.split(".")))
     locked: list[LockResult] = []
     failed: list[GroupFailure] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for results, failures in pool.map(run, groups.values()):
+        for results, failures in pool.map(run_family, families.values()):
             locked.extend(results)
             failed.extend(failures)
     return LockReport(tuple(locked), tuple(skipped), tuple(failed))

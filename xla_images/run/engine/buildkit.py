@@ -10,7 +10,6 @@ import contextlib
 import functools
 import os
 import re
-import secrets
 import shutil
 import signal
 import subprocess

@@ -1,4 +1,5 @@
-"""What any build (classic or BuildKit) leaves behind, and cleaning it up once every build has stopped."""
+"""What builds (classic or BuildKit) leave behind: cleaning it up once every build has stopped, and the build
+cache."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 import docker
 import docker.errors
 
+from ...errors import Failure
 from . import connection, containers
 
 
@@ -86,3 +88,18 @@ def _remove_step_containers(traces: list[BuildTrace], settle_seconds: float) -> 
 
 def short_id(image_id: str) -> str:
     return image_id.removeprefix("sha256:")[:12]
+
+
+def prune_build_cache() -> int:
+    """Drop every build-cache record that no running build uses; return the bytes reclaimed.
+
+    Images stay whole: their layers belong to the image store. What goes is BuildKit's copy of each stage, for a
+    real flavour ~7.5 GB (the wheels stage's installed venv), which is kept otherwise until the engine's own
+    garbage collection decides.
+    """
+    try:
+        answer = connection.api().prune_builds(all=True)
+    except docker.errors.APIError as error:
+        raise Failure(f"cannot prune the engine's build cache: {connection.error_text(error)}",
+                      rule="engine-prune") from None
+    return int((answer or {}).get("SpaceReclaimed") or 0)
