@@ -113,10 +113,11 @@ def _pull_once(ref: str, auth_config: dict | None, say: connection.LineSink, sta
     """
     client = connection.api()
     repository, tag = docker.utils.parse_repository_tag(ref)  # a digest comes back as the tag, as dockerd wants
+    params = {"fromImage": repository, "tag": tag or "latest"}
     headers = {"X-Registry-Auth": docker.auth.encode_header(auth_config)} if auth_config else {}
     try:
-        response = client._post(client._url("/images/create"), params={"fromImage": repository, "tag": tag or "latest"},
-                                headers=headers, stream=True, timeout=stall)
+        response = client._post(client._url("/images/create"), params=params, headers=headers, stream=True,
+                                timeout=stall)
     except requests.exceptions.Timeout:
         raise _PullStalled() from None
     except requests.exceptions.ConnectionError as error:
