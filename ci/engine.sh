@@ -17,8 +17,9 @@
 #
 # Why reap: with BuildKit on the overlay2 graph driver, every layer a build exports that the image store already
 # holds (a rebuild of the same flavour, the cpu and tpu flavours' shared layers, a reproducibility check) leaves
-# its build snapshot behind, referenced by nothing and freed by no prune (docker/buildx#2061, moby/moby#45939):
-# ~7 GB per real flavour. Once the build cache is empty, the layer store (layerdb) names every directory in use.
+# its build snapshot behind, referenced by no image and freed by no prune (docker/buildx#2061, moby/moby#45939):
+# ~7 GB per real flavour. Once the build cache is empty, the layer store (layerdb) names every directory in use,
+# with the `lower` chains of those directories: a layer built on such a copy still reads through it.
 #
 # Every command is idempotent. State (pid file, log) lives under ${XLA_IMAGES_STATE:-/var/lib/xla-images}.
 # Environment: XLA_IMAGES_STATE; ENGINE_TIMEOUT (seconds to wait for start/stop, default 60); DOCKER_HOST
@@ -216,19 +217,42 @@ reap() {
     local root
     root="$(docker info --format '{{.DockerRootDir}}')"
     stop
-    local layerdb="$root/image/overlay2/layerdb" in_use dir name bytes count=0 freed=0
+    trap start EXIT  # whatever goes wrong below, the engine comes back
+    local layerdb="$root/image/overlay2/layerdb" dir name bytes count=0 freed=0
+    # In use: what the layer store names (layers, container mounts and init layers), and every directory in
+    # their `lower` chains — a layer BuildKit stacked on an orphaned copy (the tpu flavour's libtpu on the copies
+    # of the layers it shares with cpu) reads through that copy, whatever the layer store thinks.
+    declare -A by_link=() keep=()
+    for dir in "$root"/overlay2/*; do
+        if [ -f "$dir/link" ]; then by_link["$(cat "$dir/link")"]="$(basename "$dir")"; fi
+    done
+    local queue=() lowers short
     # awk, not cat: these files end without a newline, and the names must stay one a line.
-    in_use="$(awk 1 "$layerdb"/sha256/*/cache-id "$layerdb"/mounts/*/mount-id "$layerdb"/mounts/*/init-id 2>/dev/null || true)"
+    mapfile -t queue < <(awk 1 "$layerdb"/sha256/*/cache-id "$layerdb"/mounts/*/mount-id \
+        "$layerdb"/mounts/*/init-id 2>/dev/null || true)
+    while [ "${#queue[@]}" -gt 0 ]; do
+        name="${queue[0]}"
+        queue=("${queue[@]:1}")
+        if [ -z "$name" ] || [ -n "${keep[$name]:-}" ]; then continue; fi
+        keep["$name"]=1
+        [ -f "$root/overlay2/$name/lower" ] || continue
+        IFS=: read -r -a lowers <"$root/overlay2/$name/lower" || true  # no newline at its end: read says 1
+        for short in "${lowers[@]}"; do
+            short="${short#l/}"
+            [ -n "${by_link[$short]:-}" ] || die "cannot tell which directory l/$short (below $name) is; nothing removed"
+            queue+=("${by_link[$short]}")
+        done
+    done
     for dir in "$root"/overlay2/*; do
         name="$(basename "$dir")"
-        [ "$name" = l ] && continue
-        grep --quiet --line-regexp --fixed-strings -- "$name" <<<"$in_use" && continue
+        if [ "$name" = l ] || [ -n "${keep[$name]:-}" ]; then continue; fi
         bytes="$(du --summarize --bytes "$dir" | cut -f1)"
         rm -rf -- "$dir"
         count=$((count + 1))
         freed=$((freed + bytes))
     done
     find "$root/overlay2/l" -xtype l -delete  # the short-name links of what went
+    trap - EXIT
     start
     say "reaped $count orphaned overlay2 director$([ "$count" = 1 ] && echo y || echo ies), $((freed / 1000000)) MB"
 }

@@ -2,9 +2,10 @@
 
 With BuildKit on the overlay2 graph driver, a build that exports a layer the image store already holds leaves
 that layer's build snapshot behind, referenced by nothing and freed by no prune (docker/buildx#2061). Here a
-small layer (20 MB of fixed bytes, fixed mtimes: the same digest every time) is built twice; the second build
-orphans its copy. reap must remove exactly the orphans: the images, a stopped container's layers and the
-engine itself keep working. It stops and restarts dockerd, so it only runs on the engine ci/engine.sh started.
+small layer (20 MB of fixed bytes, fixed mtimes: the same digest every time) is built three times: alone twice,
+then with a layer of its own on top (the tpu flavour's shape: BuildKit stacks that layer on its orphaned copy,
+which the layer store does not name but the new layer reads through). reap must remove exactly the orphans
+nothing reads: the images, a stopped container's layers and the engine itself keep working. It stops and restarts dockerd, so it only runs on the engine ci/engine.sh started.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ RUN mkdir -p /out/reap && head -c 20000000 /dev/zero > /out/reap/data && find /o
 FROM {base}
 COPY --from=bytes /out/ /
 """
+# The tpu flavour's shape: the same layer, then one of its own, which BuildKit stacks on the orphaned copy.
+STACKED = DOCKERFILE + "RUN echo stacked > /reap/own\n"
 
 
 def engine_is_ours() -> bool:
@@ -52,7 +55,9 @@ def reap() -> subprocess.CompletedProcess[str]:
     return result
 
 
-def buildx(context: Path, ref: str) -> None:
+def buildx(context: Path, ref: str, dockerfile: str) -> None:
+    context.mkdir(exist_ok=True)
+    (context / "Dockerfile").write_text(dockerfile)
     subprocess.run(["docker", "buildx", "build", "--no-cache", "--load", "--tag", ref, str(context)], check=True,
                    capture_output=True, text=True, timeout=600)
 
@@ -65,15 +70,16 @@ def test_reap_frees_what_an_identical_rebuild_orphans_and_keeps_what_is_in_use(t
         pytest.skip("reap restarts the engine: only on the one ci/engine.sh started")
     if not engine.buildkit.use_buildkit():
         pytest.fail(f"the orphans come from BuildKit builds: {engine.buildkit.buildx_info().problem}")
-    (tmp_path / "Dockerfile").write_text(DOCKERFILE.format(base=test_base))
     name = f"xla-images-test/reap-{uuid.uuid4().hex[:8]}"
-    first, second = f"{name}:1", f"{name}:2"
+    first, second, stacked = f"{name}:1", f"{name}:2", f"{name}:stacked"
     stopped = running = None
     try:
         before = orphans()
-        buildx(tmp_path, first)
-        buildx(tmp_path, second)  # the same layer again: exported beside the first, its snapshot is orphaned
-        assert engine.images.image_layers(first) == engine.images.image_layers(second)
+        buildx(tmp_path / "one", first, DOCKERFILE.format(base=test_base))
+        buildx(tmp_path / "one", second, DOCKERFILE.format(base=test_base))  # its copy of the layer: orphaned
+        buildx(tmp_path / "stacked", stacked, STACKED.format(base=test_base))  # a layer on top of another copy
+        layers = engine.images.image_layers
+        assert layers(first) == layers(second) == layers(stacked)[:-1]
         engine.builds.prune_build_cache()
         leaked = orphans() - before
         if not leaked:
@@ -91,16 +97,18 @@ def test_reap_frees_what_an_identical_rebuild_orphans_and_keeps_what_is_in_use(t
         reaped = reap()
         assert reaped.returncode == 0, reaped.stderr
         assert "orphaned overlay2 director" in reaped.stdout
-        assert orphans() == set()
-        for image in (first, second):  # the images and the stopped container's layers are whole
-            ran = engine.containers.run_container(image, ["sh", "-c", "wc -c < /reap/data"], role="test-reap",
-                                                  timeout=120)
-            assert ran.exit_code == 0 and ran.output.strip() == "20000000", ran.output
+        # What is left unnamed is the copy the stacked image's own layer reads through (its `lower` chain).
+        assert len(orphans()) <= 1 and orphans() < leaked
+        for image in (first, second, stacked):  # the images and the stopped container's layers are whole
+            probe = "wc -c < /reap/data; cat /reap/own 2>/dev/null || true"
+            ran = engine.containers.run_container(image, ["sh", "-c", probe], role="test-reap", timeout=120)
+            assert ran.exit_code == 0, ran.output
+            assert ran.output.split() == (["20000000", "stacked"] if image == stacked else ["20000000"])
         engine.connection.api().start(stopped)
         assert engine.connection.api().wait(stopped, timeout=60)["StatusCode"] == 0
     finally:
         for container in (running, stopped):
             if container is not None:
                 engine.containers.remove_container(container)
-        for image in (first, second):
+        for image in (first, second, stacked):
             engine.images.remove_image(image, force=True)
