@@ -91,7 +91,7 @@ def _untag(project) -> None:
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from xla_images import locks
+from xla_images.run import locks
 with locks.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
     print("held", flush=True)
     sys.stdin.read()  # until the test closes our stdin

@@ -91,7 +91,7 @@ def test_other_push_errors_are_not_pushed_again(flaky, error: str) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from xla_images import locks
+from xla_images.run import locks
 with locks.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))

@@ -1,6 +1,6 @@
 """Image checks: what must hold for every built image, run as a real pytest module against the image.
 
-`run(target, report_dir)` runs xla_images/image_checks/test_image.py through pytest.main: a container of the
+`run(target, report_dir)` runs xla_images/run/image_checks/test_image.py through pytest.main: a container of the
 image is started with a sleeping command, testinfra's docker backend runs the in-image checks (versions, ABI,
 `import torch_xla`, no compiler) and the container is removed at the end of the session, whatever happened.
 What needs no container (labels, env, layers, history) is read from the engine. Results: checks.xml (JUnit,
