@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,39 @@ def test_a_stalled_pull_is_retried_then_reported(monkeypatch) -> None:
     assert "no progress for 7 s, 3 times" in raised.value.message
     assert lines == [f"  no progress for 7 s: pulling 127.0.0.1:5999/x@{DIGEST} again (attempt {n} of 3)"
                      for n in (2, 3)]
+
+
+# --- Ctrl-C while the image checks run in pytest.main ------------------------------------------------------
+
+class CrashingPytest:
+    """pytest.main as it behaved in CI: it catches the Ctrl-C, then its report of it crashes with a TypeError."""
+
+    def __init__(self, interrupt: bool) -> None:
+        self.interrupt = interrupt
+
+    def __call__(self, args, plugins=()):
+        if self.interrupt:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+        raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+
+
+@pytest.mark.parametrize("interrupt", [True, False])
+def test_a_crash_of_pytest_while_reporting_ctrl_c_is_still_the_interrupt(interrupt: bool, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """With a Ctrl-C noted, what pytest.main raises becomes a KeyboardInterrupt (the CLI: `aborted`, exit 130,
+    no report); without one, a crash is a crash and is not hidden."""
+    import pytest as pytest_module
+
+    from xla_images.run import checks
+
+    monkeypatch.setattr(pytest_module, "main", CrashingPytest(interrupt))
+    monkeypatch.setattr(checks, "_target_plugin", lambda target: object())
+    target = checks.CheckTarget(types.SimpleNamespace(tag="r9.9.9_3.11_cpu"), "xla-images:r9.9.9_3.11_cpu", None)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt if interrupt else TypeError):
+        checks.run(target, tmp_path / "reports")
+    assert signal.getsignal(signal.SIGINT) is before  # the handlers in place are back
+    assert not list((tmp_path / "reports").glob("checks.*"))

@@ -11,11 +11,14 @@ site's CA bundle and matched against build-config and credential patterns.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
+import signal
 import tarfile
 import tempfile
+import threading
 import time
 import types
 from dataclasses import dataclass, field
@@ -287,6 +290,40 @@ def _message(report: Any) -> str:
     return str(report.longrepr or "")[:500]
 
 
+@contextlib.contextmanager
+def _noting_interrupts() -> Iterator[threading.Event]:
+    """An event set by every SIGINT/SIGTERM while the block runs; the handlers in place still run after it.
+
+    pytest.main catches Ctrl-C itself, and on an unlucky frame its report of it crashes (a traceback entry
+    without a line number: TypeError in _pytest/_code/code.py, seen in CI on python 3.11): whatever pytest.main
+    then raises is known for the interrupt it is. Off the main thread, where handlers cannot be set, the event
+    stays unset.
+    """
+    noted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def note(signum: int, frame: types.FrameType | None) -> None:
+        handler = previous[signum]
+        if handler == signal.SIG_IGN:
+            return
+        noted.set()
+        if callable(handler):
+            handler(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    for signum in previous:
+        signal.signal(signum, note)
+    try:
+        yield noted
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run(target: CheckTarget, report_dir: Path, *, keyword: str | None = None, quiet: bool = True) -> ChecksResult:
     """Run the image checks; write checks.xml and checks.json into report_dir."""
     import pytest
@@ -311,7 +348,13 @@ def run(target: CheckTarget, report_dir: Path, *, keyword: str | None = None, qu
             args.append("-q")
         if keyword:
             args += ["-k", keyword]
-        exit_code = int(pytest.main(args, plugins=[_target_plugin(target), recorder]))
+        with _noting_interrupts() as interrupted:
+            try:
+                exit_code = int(pytest.main(args, plugins=[_target_plugin(target), recorder]))
+            except Exception:
+                if interrupted.is_set():  # pytest crashed reporting the interrupt: it is still the interrupt
+                    raise KeyboardInterrupt from None
+                raise
         if exit_code == pytest.ExitCode.INTERRUPTED:
             # pytest swallowed Ctrl-C after its teardown (the container is gone); the caller must stop too.
             raise KeyboardInterrupt
