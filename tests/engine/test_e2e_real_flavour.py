@@ -12,8 +12,8 @@ costs ~7.5 GB. So the build prunes its build cache as soon as the image is tagge
 blobs are garbage-collected when the suite registry is ours, the first image goes before bake rebuilds it (an
 identical layer exported beside an existing one leaves an orphaned copy in dockerd 26, docker/buildx#2061), and
 bake's build cache goes before its image is checked: the peak stays near one image, one cache and the engine's
-temporary copy while `test` scans the layers (~20 GB above the idle machine). A runner with less than MIN_FREE_GB free fails here first, clearly, instead of
-somewhere in the middle of a build.
+temporary copy while `test` scans the layers (~20 GB above the idle machine). A runner with less than
+MIN_FREE_GB free fails here first, clearly, instead of somewhere in the middle of a build.
 
 Clean-up: the pushed manifest is deleted from the registry, the downstream image and the digest reference are
 removed; `xla-images:r2.9.0_3.11_cpu` stays unless XLA_IMAGES_TEST_CLEANUP=1. Phase timings are printed and

@@ -5,7 +5,8 @@ that layer's build snapshot behind, referenced by nothing and freed by no prune 
 small layer (20 MB of fixed bytes, fixed mtimes: the same digest every time) is built three times: alone twice,
 then with a layer of its own on top (the tpu flavour's shape: BuildKit stacks that layer on its orphaned copy,
 which the layer store does not name but the new layer reads through). reap must remove exactly the orphans
-nothing reads: the images, a stopped container's layers and the engine itself keep working. It stops and restarts dockerd, so it only runs on the engine ci/engine.sh started.
+nothing reads: the images, a stopped container's layers and the engine itself keep working. It stops and
+restarts dockerd, so it only runs on the engine ci/engine.sh started.
 """
 from __future__ import annotations
 
