@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 import click
+from packaging.version import Version
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
@@ -46,7 +47,7 @@ def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | 
       sudo ./build.py base                 # every python of the matrix that Debian provides
     """
     if not pythons:
-        matrix_pythons = sorted({flavour.python for flavour in plan.flavours}, key=_version_key)
+        matrix_pythons = sorted({flavour.python for flavour in plan.flavours}, key=Version)
         pythons = tuple(python for python in matrix_pythons if bases.unbuildable_reason(python) is None)
         for python in matrix_pythons:
             reason = bases.unbuildable_reason(python)
@@ -271,8 +272,3 @@ def _print_summary(results: list[building.FlavourResult], live: bool) -> None:
 def _shorten(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-

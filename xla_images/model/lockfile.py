@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
 
 from .. import userfiles
 from ..errors import ConfigError, Failure, Location, shown_value
@@ -145,7 +146,7 @@ def anchor_python(flavours: Iterable[Target], flavour: Target) -> str:
     """The lowest python of `flavour`'s release family among `flavours` (the whole plan)."""
     family = release_family(flavour)
     pythons = {other.python for other in flavours if release_family(other) == family} | {flavour.python}
-    return min(pythons, key=lambda python: tuple(int(part) for part in python.split(".")))
+    return min(pythons, key=Version)
 
 
 def unaligned(pins: Sequence[str]) -> str:

@@ -357,7 +357,7 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
     for members in groups.values():
         families.setdefault(release_family(members[0]), []).append(members)
     for members_by_python in families.values():
-        members_by_python.sort(key=lambda members: tuple(int(part) for part in members[0].python.split(".")))
+        members_by_python.sort(key=lambda members: Version(members[0].python))
     locked: list[LockResult] = []
     failed: list[GroupFailure] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
