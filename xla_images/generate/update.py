@@ -120,6 +120,8 @@ def edit_matrix(text: str, shown: str, decisions: list[Decision]) -> Edit:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
+    if any(decision.excludes for decision in decisions):
+        _check_exclude_editable(lines, yamlsrc.loads("".join(lines), shown), shown)  # lines as the user has them
     added = []
     for decision in sorted(decisions, key=lambda item: Version(item.torch_xla)):
         doc = yamlsrc.loads("".join(lines), shown)
@@ -158,16 +160,22 @@ def _add_excludes(lines: list[str], doc: yamlsrc.YamlDoc, decision: Decision, sh
         return lines + head + ["exclude:\n"] + [line for comment, entry in decision.excludes
                                                 for line in (f"  # {comment}\n", f"  - {entry}\n")]
     key_line = doc.lines[("exclude",)] - 1
-    if not isinstance(entries, list) or (entries and ("exclude", 0) not in doc.lines) \
-            or lines[key_line].split(":", 1)[1].strip().startswith("["):
-        raise ConfigError("exclude is not a block list (`- {...}` lines), so it cannot be edited in place",
-                          location=Location(shown, key_line + 1), rule=RULE,
-                          hint="write it as one `- {...}` line per entry, then run update again")
     indent = _indent(lines[doc.lines[("exclude", 0)] - 1]) if entries else "  "
     at = _block_end(lines, key_line)
     added = [line for comment, entry in decision.excludes for line in (f"{indent}# {comment}\n",
                                                                       f"{indent}- {entry}\n")]
     return lines[:at] + added + lines[at:]
+
+
+def _check_exclude_editable(lines: list[str], doc: yamlsrc.YamlDoc, shown: str) -> None:
+    if not isinstance(doc.data, dict) or doc.data.get("exclude") is None:
+        return
+    entries = doc.data["exclude"]
+    key_line = doc.lines[("exclude",)] - 1
+    if not isinstance(entries, list) or lines[key_line].split(":", 1)[1].strip().startswith("["):
+        raise ConfigError("exclude is not a block list (`- {...}` lines), so it cannot be edited in place",
+                          location=Location(shown, key_line + 1), rule=RULE,
+                          hint="write it as one `- {...}` line per entry, then run update again")
 
 
 def _newer(key: str, version: str) -> bool:
