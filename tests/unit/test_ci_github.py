@@ -26,7 +26,7 @@ from xla_images.run import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-WORKFLOWS = (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW)
+WORKFLOWS = (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW, cigen.UPDATE_WORKFLOW)
 SHA_PIN = re.compile(r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w.-]+)@([0-9a-f]{40}) # v\d+\.\d+\.\d+\s*$")
 
 
@@ -477,3 +477,29 @@ def test_example_builds_a_dockerfile_that_takes_base(files: dict[Path, str]) -> 
     text = dockerfile.read_text()
     assert re.search(r"^ARG BASE\b", text, re.MULTILINE)
     assert re.search(r"^FROM \$\{?BASE\}?(\s|$)", text, re.MULTILINE)
+
+
+# --- the scheduled update workflow ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code, stderr, behind", [
+    (0, "up to date", "false"), (1, "error [update-behind]: the index has torch_xla 9.9.9", "true"),
+    (1, "error [index-network]: cannot read", None), (2, "error [yaml-syntax]", None)],
+    ids=["current", "behind", "network-failure", "bad-matrix"])
+def test_update_check_step_tells_behind_from_broken(files: dict[Path, str], tmp_path: Path, code: int, stderr: str,
+                                                    behind: str | None) -> None:
+    """Only `[update-behind]` opens a pull request; any other failure of `update --check` fails the job."""
+    workflow = load(files[cigen.UPDATE_WORKFLOW])
+    assert "schedule" in workflow["on"]
+    script = step(workflow, "update", id="check")["run"]
+    (tmp_path / "build.py").write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit {code}\n")
+    (tmp_path / "build.py").chmod(0o755)
+    output = tmp_path / "output"
+    output.write_text("")
+    result = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_OUTPUT": str(output)})
+    if behind is None:
+        assert result.returncode == code and output.read_text() == ""
+    else:
+        assert result.returncode == 0 and output.read_text() == f"behind={behind}\n"
+    later = step(workflow, "update", name="Add the new releases and lock them")
+    assert later["if"] == "steps.check.outputs.behind == 'true'" and "update --write" in later["run"]
