@@ -144,10 +144,11 @@ def test_an_edit_that_would_not_validate_raises() -> None:
 # --- model.wheel_index --------------------------------------------------------------------------------------
 
 def test_wheel_pythons_reads_linux_x86_64_cpython_tags() -> None:
-    names = ["libtpu-0.0.21-cp310-cp310-manylinux_2_31_x86_64.whl", "libtpu-0.0.21-cp313-cp313t-manylinux_2_31_x86_64.whl",
+    names = ["libtpu-0.0.21-cp310-cp310-manylinux_2_31_x86_64.whl",
+             "libtpu-0.0.21-cp313-cp313t-manylinux_2_31_x86_64.whl",
              "libtpu-0.0.21-cp312-cp312-manylinux_2_31_aarch64.whl", "libtpu-0.0.21-cp311-cp311-win_amd64.whl",
-             "libtpu-0.0.21.1-cp313-cp313-manylinux_2_31_x86_64.whl", "libtpu-0.0.7.1-py3-none-manylinux_2_27_x86_64.whl",
-             "x-1.0-cp39-abi3-manylinux2014_x86_64.whl"]
+             "libtpu-0.0.21.1-cp313-cp313-manylinux_2_31_x86_64.whl",
+             "libtpu-0.0.7.1-py3-none-manylinux_2_27_x86_64.whl", "x-1.0-cp39-abi3-manylinux2014_x86_64.whl"]
     assert wheel_index.wheel_pythons(names, "libtpu", "0.0.21") == ("3.10",)
     assert wheel_index.wheel_pythons(names, "libtpu", "0.0.7.1") == ("3+",)
     assert wheel_index.wheel_pythons(names, "x", "1.0") == ("3.9+",)
