@@ -433,7 +433,9 @@ def run_resolve_step(files: dict[Path, str], tmp_path: Path, **inputs: str) -> t
     env = {key: value for key, value in os.environ.items() if not key.startswith("XLA_IMAGES_REGISTRY")}
     env.update({"GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(tmp_path),
                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "ABI": "cxx11", "PYTHON": "3.11",
-                "TORCH_XLA": "2.9", "ACCELERATOR": "tpu", "PUBLISHED_JSON_URL": "", "REGISTRY": ""})
+                # The newest release's minor (2.9 means the newest 2.9.x), whatever the matrix holds.
+                "TORCH_XLA": newest(load_plan(ROOT / "matrix.yaml")).rsplit(".", 1)[0], "ACCELERATOR": "tpu",
+                "PUBLISHED_JSON_URL": "", "REGISTRY": ""})
     env.update(inputs)
     result = subprocess.run(["bash", "-e", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
