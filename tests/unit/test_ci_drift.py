@@ -30,7 +30,8 @@ def scratch(tmp_path: Path) -> Path:
 def test_committed_files_are_the_rendered_ones() -> None:
     """Golden check on the real matrix: what is committed is byte for byte what `ci github` / `ci bake` write."""
     files = cigen.generated_files(load_plan(ROOT / "matrix.yaml"))
-    assert set(files) == {cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW, cigen.BAKE_FILE}
+    assert set(files) == {cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW, cigen.UPDATE_WORKFLOW,
+                          cigen.BAKE_FILE}
     assert sync.drift(ROOT, files) == [], \
         "regenerate with `./build.py ci github && ./build.py ci bake`"
 
@@ -40,7 +41,8 @@ def test_commands_write_then_report_unchanged(scratch: Path) -> None:
     first = run("ci", "github", "--matrix", matrix)
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == [f"wrote {p.as_posix()}" for p in
-                                         (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW)]
+                                         (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW,
+                                          cigen.UPDATE_WORKFLOW)]
     again = run("ci", "github", "--matrix", matrix)
     assert all(line.startswith("unchanged ") for line in again.stdout.splitlines())
     bake = run("ci", "bake", "--matrix", matrix)
