@@ -109,7 +109,9 @@ def test_metadata_is_read_with_range_requests(server: str, padding: int) -> None
     ((200, JSON_TYPE, b'{"files": [{"filename": "a/b.whl", "url": "x"}]}'), "index-answer", "a file named"),
     ((200, JSON_TYPE, b'{"files": [{"filename": "x.whl", "url": "x", "size": -1}]}'), "index-answer", "size"),
     ((200, "image/png", b"PNG"), "index-answer", "not a simple-API page"),
-], ids=["missing", "bad-json", "files-not-list", "file-shape", "slash-name", "negative-size", "wrong-type"])
+    ((200, JSON_TYPE, b'{"meta": {"api-version": "2.0"}, "files": []}'), "index-answer", "version '2.0'"),
+], ids=["missing", "bad-json", "files-not-list", "file-shape", "slash-name", "negative-size", "wrong-type",
+        "api-version-2"])
 def test_odd_pages_are_refused_with_a_rule(server: str, route: tuple, rule: str, needle: str) -> None:
     FakeIndex.routes["/simple/torch-xla/"] = route
     with pytest.raises(Failure) as caught:

@@ -19,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version

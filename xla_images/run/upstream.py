@@ -27,11 +27,11 @@ from packaging.version import InvalidVersion, Version
 from .. import diskio, userfiles, yamlsrc
 from ..errors import ConfigError, Failure, Location, shown_value
 from ..generate import update as decide_update
-from ..generate.update import Decision, ReleaseFacts
+from ..generate.update import ReleaseFacts
 from ..model import matrix, wheel_index
 from ..model.flavour import Channel
 from ..model.site import Site
-from .index import Index, IndexFile
+from .index import Index, IndexFile, parse_metadata
 
 _COMMIT = re.compile(r"""__(xla|torch)_gitrev__\s*=\s*['"]([0-9a-f]{7,64})['"]""")
 # The python a wheel is read for when several exist: any x86_64 Linux one carries the same METADATA.
@@ -126,8 +126,6 @@ def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]])
 
 def metadata_pins(text: str, url: str) -> dict[str, str]:
     """`torch` and (from the `tpu` extra) `libtpu` exact pins in a METADATA text."""
-    from .index import parse_metadata
-
     message = parse_metadata(text)
     if not message.get("Name") or not message.get("Version"):
         raise Failure(f"the METADATA of {url} has no Name or Version", location=url, rule="wheel-metadata")
