@@ -133,6 +133,22 @@ def test_a_flow_exclude_list_is_refused_not_rewritten() -> None:
         'exclude: [{torch_xla: "2.9.0", python: "3.13", accelerator: tpu}]') + 1
 
 
+def test_flow_releases_are_refused_and_a_flow_release_is_followed() -> None:
+    flow = 'schema: 1\nreleases: {"2.7.0": {torch: "2.7.0", pytorch_git_rev: v2.7.0, xla_git_rev: v2.7.0, ' \
+           'python_support: ">=3.10,<3.12", libtpu: "0.0.11.1"}}\n'
+    with pytest.raises(ConfigError) as caught:
+        edited(facts(libtpu_wheels=("3+",)), text=flow)
+    assert caught.value.rule == "update-edit" and caught.value.location.line == 2
+    one_line = MATRIX.replace('  "2.9.0":\n    torch: "2.9.0"\n    pytorch_git_rev: v2.9.1\n    xla_git_rev: v2.9.0\n'
+                              '    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n',
+                              '  "2.9.0": {torch: "2.9.0", pytorch_git_rev: v2.9.1, xla_git_rev: v2.9.0, '
+                              'python_support: ">=3.10,<3.14", libtpu: "0.0.21"}\n')
+    assert one_line != MATRIX
+    text = edited(facts("2.10.0", "2.10.0", "0.0.30"), text=one_line)
+    assert '  "2.10.0":\n    torch: "2.10.0"\n' in text
+    update.validate(text, "m.yaml", load_site(None), None)
+
+
 def test_an_edit_that_would_not_validate_raises() -> None:
     text = edited(facts())
     cache = wheel_index.WheelIndex(wheel_index.PUBLIC_INDEX, {"libtpu": {"0.0.17": ("3.10",)}})

@@ -8,13 +8,12 @@
 * the text edit: matrix.yaml is edited as text at the positions its loader recorded (yamlsrc), so every comment,
   blank line and the order of what is there stay as written; the release goes before the first newer one.
 
-The new text is validated as a whole (matrix rules, and wheel-python against the facts read) before anyone may
-write it; `edit_matrix` raises instead of returning text that does not validate.
+`validate` checks the new text as a whole (every matrix rule, the site's, and wheel-python against the facts just
+read); run.upstream calls it before anything is written, so an edit that does not validate is an error, not a file.
 """
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass, field
 
 from packaging.version import Version
@@ -28,7 +27,6 @@ from ..model.target import bind
 from .plan import check_wheels
 
 RULE = "update-edit"
-_KEY_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>\"[^\"]*\"|'[^']*'|[^\s#:][^:#]*?)\s*:")
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,11 @@ class Edit:
 
 
 def edit_matrix(text: str, shown: str, decisions: list[Decision]) -> Edit:
-    """`text` with each decided release (and its excludes) added; raises unless the result validates."""
+    """`text` with each decided release (and its excludes) added, every other line as it was.
+
+    Raises ConfigError (rule update-edit) where the text cannot be edited in place: `releases` or `exclude` written
+    in flow style (`{...}`, `[...]`). Whether the result validates is `validate`'s to say.
+    """
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
@@ -129,6 +131,11 @@ def edit_matrix(text: str, shown: str, decisions: list[Decision]) -> Edit:
         if not isinstance(releases, dict) or not releases:
             raise ConfigError("the matrix has no `releases` mapping to add to", location=Location(shown),
                               rule=RULE, hint="add the first release by hand (README 'Matrix reference')")
+        releases_line = doc.lines[("releases",)] - 1
+        if lines[releases_line].split(":", 1)[1].strip().startswith("{"):
+            raise ConfigError("releases is a flow mapping (`{...}`), so it cannot be edited in place",
+                              location=Location(shown, releases_line + 1), rule=RULE,
+                              hint="write one release block per version (as in the repository's matrix.yaml)")
         if decision.torch_xla in releases:
             continue
         lines = _add_release(lines, doc, releases, decision, shown)
@@ -192,8 +199,9 @@ def _indent(line: str) -> str:
 def _inner_indent(lines: list[str], doc: yamlsrc.YamlDoc, key: str, indent: str) -> str:
     settings = doc.data["releases"][key]
     if isinstance(settings, dict) and settings:
-        first = next(iter(settings))
-        return _indent(lines[doc.lines[("releases", key, first)] - 1])
+        line = doc.lines[("releases", key, next(iter(settings)))]
+        if line != doc.lines[("releases", key)]:  # a block mapping, not `"2.9.0": {torch: ...}`
+            return _indent(lines[line - 1])
     return indent + "  "
 
 
