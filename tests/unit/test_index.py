@@ -59,9 +59,8 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture()
-def server() -> Iterator[str]:
-    FakeIndex.routes, FakeIndex.no_ranges = {}, False
+@pytest.fixture(scope="module")
+def started() -> Iterator[str]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeIndex)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -70,6 +69,13 @@ def server() -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.fixture()
+def server(started: str) -> str:
+    """The module's fake index, serving nothing until the test says what."""
+    FakeIndex.routes, FakeIndex.no_ranges = {}, False
+    return started
 
 
 def serve_wheel(base: str, padding: int = 0) -> IndexFile:

@@ -19,7 +19,7 @@ import re
 import struct
 import urllib.parse
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import requests
@@ -73,6 +73,10 @@ class Index:
     session: Any = None
     attempts: int = ATTEMPTS
     first_wait: float = 1.0
+    # Bytes of answers read so far (benchmarks/bench_update.py prints it: range requests keep it small).
+    received: int = 0
+    # url -> central directory: reading METADATA and then version.py of one wheel reads its tail once.
+    _directories: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.url.endswith("/"):
@@ -90,6 +94,7 @@ class Index:
         page = urllib.parse.urljoin(self.url, f"{project}/")
         response = self._get(page, {"Accept": ACCEPT})
         body = _bounded_body(response, page, MAX_PAGE_BYTES)
+        self.received += len(body)
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind == JSON_TYPE:
             files = _json_files(body, page)
@@ -110,8 +115,12 @@ class Index:
 
         Reads the zip's tail, then the central directory if it did not fit, then the member: range requests only.
         """
-        tail, size = self._tail(file)
-        directory = _central_directory(tail, size, file.url, lambda start, end: self._range(file.url, start, end))
+        directory = self._directories.get(file.url)
+        if directory is None:
+            tail, size = self._tail(file)
+            directory = _central_directory(tail, size, file.url,
+                                           lambda start, end: self._range(file.url, start, end))
+            self._directories[file.url] = directory
         for name, method, compressed, plain, offset in _entries(directory, file.url):
             if not wanted(name):
                 continue
@@ -137,6 +146,7 @@ class Index:
                           rule="index-answer", hint="the wheels' host must serve HTTP range requests (the public "
                                                     "index does); whole wheels are not downloaded to read METADATA")
         body = _bounded_body(response, file.url, TAIL_BYTES)
+        self.received += len(body)
         match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
         if match is None or int(match[2]) - int(match[1]) + 1 != len(body) or int(match[2]) + 1 != int(match[3]):
             raise _bad(file.url, f"Content-Range {shown_value(response.headers.get('Content-Range'))} does not "
@@ -151,6 +161,7 @@ class Index:
             raise Failure(f"{url} answered {response.status_code} to a range request", location=url,
                           rule="index-answer")
         body = _bounded_body(response, url, end - start)
+        self.received += len(body)
         if not body:  # shorter is fine: a read with slack may run past the end of the file
             raise _bad(url, f"an empty answer for bytes {start}-{end - 1}")
         return body
