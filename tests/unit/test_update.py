@@ -213,6 +213,23 @@ def test_metadata_pins_read_the_tpu_extra() -> None:
         assert caught.value.rule == "wheel-metadata"
 
 
+@pytest.mark.parametrize("release", ["foo bar", "2.9", "2.9.0\n", "2.9.0; rm -rf /", "\u0662.\u0669.\u0660"])
+def test_a_release_option_that_is_no_version_is_refused_before_the_network(tmp_path: Path, release: str) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+
+    class NoNetwork:
+        url = "http://127.0.0.1:9/simple/"
+
+        def files(self, project: str) -> list:
+            raise AssertionError("the index was asked")
+
+    with pytest.raises(ConfigError) as caught:
+        plan_update(tmp_path / "matrix.yaml", load_site(None), (release,), index=NoNetwork())
+    assert caught.value.rule == "update-release"
+
+
 def test_matrix_defaults_are_what_releases_inherit() -> None:
     defaults = matrix.matrix_defaults(yamlsrc.loads(MATRIX, "m.yaml"))
     assert defaults["pythons"] == PYTHONS and defaults["accelerators"] == BOTH

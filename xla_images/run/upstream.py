@@ -64,6 +64,11 @@ def plan_update(matrix_path: Path, site: Site, releases: tuple[str, ...] = (), i
                 progress: Callable[[str], None] = lambda line: None) -> UpdateResult:
     """Read the index and work out the edit; writes nothing."""
     shown = str(matrix_path)
+    for release in releases:
+        if not matrix.RELEASE_VERSION.fullmatch(release):
+            raise ConfigError(f"--release {shown_value(release)} is not a torch_xla version like 2.9.0",
+                              location=Location("--release"), rule="update-release",
+                              hint="name a release as the index lists it: X.Y.Z")
     before = userfiles.read_text(matrix_path, limit=userfiles.YAML_LIMIT)
     doc = yamlsrc.loads(before, shown)
     flavours = matrix.expand(doc)
