@@ -233,3 +233,75 @@ def test_a_release_option_that_is_no_version_is_refused_before_the_network(tmp_p
 def test_matrix_defaults_are_what_releases_inherit() -> None:
     defaults = matrix.matrix_defaults(yamlsrc.loads(MATRIX, "m.yaml"))
     assert defaults["pythons"] == PYTHONS and defaults["accelerators"] == BOTH
+
+
+# --- run.upstream end to end, against an index in memory ----------------------------------------------------
+
+class MemoryIndex:
+    """The run.index.Index interface over file names; every wheel's METADATA pins `libtpu`."""
+
+    url = wheel_index.PUBLIC_INDEX
+
+    def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str]) -> None:
+        from xla_images.run.index import IndexFile
+
+        self.names, self.libtpu = names, libtpu
+        self.pages = {project: [IndexFile(name, f"https://files.example/{name}") for name in found]
+                      for project, found in names.items()}
+
+    def files(self, project: str) -> list:
+        return self.pages[project]
+
+    def wheel_member(self, file, wanted) -> str | None:
+        version = file.filename.split("-")[1]
+        if wanted("torch_xla-x.dist-info/METADATA"):
+            return (f"Metadata-Version: 2.1\nName: torch_xla\nVersion: {version}\n"
+                    f'Requires-Dist: libtpu=={self.libtpu[version]}; extra == "tpu"\n')
+        return "__xla_gitrev__ = '0123456789abc'\n" if wanted("torch_xla/version.py") else None
+
+
+def wheels(project: str, version: str, pythons: tuple[str, ...]) -> list[str]:
+    tag = "manylinux_2_28_x86_64"
+    return [f"{project}-{version}-cp{p.replace('.', '')}-cp{p.replace('.', '')}-{tag}.whl" for p in pythons]
+
+
+def memory_index() -> MemoryIndex:
+    four = ("3.10", "3.11", "3.12", "3.13")
+    return MemoryIndex({
+        "torch-xla": wheels("torch_xla", "2.7.0", four) + wheels("torch_xla", "2.9.0", four)
+        + wheels("torch_xla", "2.10.1", four) + wheels("torch_xla", "2.11.0rc1", four),
+        "torch": wheels("torch", "2.7.0", four) + wheels("torch", "2.9.0", four) + wheels("torch", "2.10.0", four)
+        + wheels("torch", "2.10.2", four),
+        "libtpu": ["libtpu-0.0.11.1-py3-none-manylinux_2_31_x86_64.whl"] + wheels("libtpu", "0.0.21", four[:3])
+        + wheels("libtpu", "0.0.30", four[:3]),
+    }, {"2.9.0": "0.0.21", "2.10.1": "0.0.30"})
+
+
+def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update, write_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index())
+    # 2.11.0rc1 is no release; 2.10.1 pairs with torch 2.10.0, the newest 2.10 not newer than itself.
+    assert result.added == ("2.10.1",) and result.missing
+    release = yamlsrc.loads(result.after, "m.yaml").data["releases"]["2.10.1"]
+    assert (release["torch"], release["libtpu"], release["python_support"]) == ("2.10.0", "0.0.30", ">=3.10,<3.14")
+    assert '  - {torch_xla: "2.10.1", python: "3.13", accelerator: tpu}' in result.after
+    assert result.diff.startswith("--- a/") and "+  \"2.10.1\":" in result.diff
+    assert write_update(result) == [tmp_path / "matrix.yaml", tmp_path / wheel_index.WHEELS_FILE]
+    plan = load_plan(tmp_path / "matrix.yaml")  # validates against the cache just written
+    assert "r2.10.1_3.13_tpuvm" not in {flavour.tag for flavour in plan.flavours}
+    again = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index())
+    assert again.added == () and not again.missing and again.after == again.before
+    assert write_update(again) == []
+
+
+def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    named = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=memory_index())
+    assert named.added == ()  # already in the matrix: nothing to add
+    with pytest.raises(ConfigError) as caught:
+        plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.8.0",), index=memory_index())
+    assert caught.value.rule == "update-release" and "2.10.1" in caught.value.hint
