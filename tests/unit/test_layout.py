@@ -63,7 +63,8 @@ class Index(http.server.BaseHTTPRequestHandler):
         if not (self.ranges and wanted.startswith("bytes=")):
             return self._send(200, data, "application/octet-stream")
         first, _, last = wanted[6:].partition("-")
-        start, end = (len(data) - int(last), len(data) - 1) if not first else (int(first), min(int(last), len(data) - 1))
+        start, end = ((max(0, len(data) - int(last)), len(data) - 1) if not first
+                      else (int(first), min(int(last), len(data) - 1)))
         self.send_response(206)
         self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.send_header("Content-Length", str(end - start + 1))
@@ -135,7 +136,7 @@ def test_an_index_without_range_requests_or_without_the_wheel_is_a_clear_error(i
     Index.ranges = False
     with pytest.raises(Failure) as error:
         layout.WheelFinder(FakeSite()).facts(entry("sympy-1.0-py3-none-any.whl", SYMPY), source)
-    assert error.value.rule == "layout-index" and "range requests" in error.value.message
+    assert error.value.rule == "index-answer" and "to a range request" in error.value.message
     with pytest.raises(Failure) as error:
         layout.WheelFinder(FakeSite()).facts(entry("absent-1.0-py3-none-any.whl", b"x"), source)
     assert error.value.rule == "layout-index" and "absent-1.0-py3-none-any.whl is on none of" in error.value.message

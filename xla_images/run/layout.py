@@ -5,7 +5,8 @@ to give trees that apply cleanly one over the other (COPY cannot delete a file o
 type: `cannot replace to directory ... with file`), so a layout that would break is found here, from the lock
 alone: each locked wheel's METADATA (Requires-Dist), WHEEL (tags) and RECORD (its files) are read -- from the
 host wheelhouse when the wheel is there, else from the index with HTTP range requests on the zip's central
-directory (a torch wheel is ~900 MB; its RECORD and METADATA are a few hundred KB at the end of it) -- and
+directory through run.index (a torch wheel is ~900 MB; its RECORD and METADATA are a few hundred KB at the end
+of it) -- and
 layers.plan / layers.check run on them exactly as the image runs them on the installed files.
 
 Facts are cached by the wheel's sha256 (immutable content) under $XLA_IMAGES_CACHE or ~/.cache/xla-images, so a
@@ -16,7 +17,6 @@ with a lower layer because of it); the base is modelled as the bare venv skeleto
 from __future__ import annotations
 
 import email.parser
-import io
 import json
 import os
 import re
@@ -25,24 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable
 
-import requests
-
 from .. import layers, names, userfiles
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
 from ..model.lockfile import Lock, LockEntry, read_lock
 from ..model.site import Site, WheelSource
 from ..model.target import Target
+from ..model.wheel_index import PUBLIC_INDEX
+from .index import Index, IndexFile
 from .wheels import host_wheel_dirs, target_environment
 
-DEFAULT_INDEX = "https://pypi.org/simple"
 CACHE_VERSION = 1
-# Bounds on what an index or a wheel may hand us: a RECORD or METADATA larger than this is not a wheel's.
+# A RECORD or METADATA larger than this is not a wheel's (torch's RECORD is ~2 MB).
 MAX_MEMBER = 32 << 20
-MAX_INDEX_PAGE = 16 << 20
-BLOCK = 1 << 20
-TIMEOUT = 60
-JSON_SIMPLE = "application/vnd.pypi.simple.v1+json"
 # What `python -m venv --without-pip` leaves in the base layer (relative to the venv), with the entry's kind.
 VENV_SKELETON = {"bin/python": layers.SYMLINK, "lib64": layers.SYMLINK, "pyvenv.cfg": layers.FILE}
 
@@ -79,94 +74,40 @@ def cache_dir() -> Path:
 
 # --- reading a wheel --------------------------------------------------------------------------------------
 
-class RangeFile(io.RawIOBase):
-    """A seekable, read-only view of a remote file through HTTP range requests, in cached blocks."""
+DIST_INFO_MEMBERS = ("METADATA", "WHEEL", "RECORD")
 
-    def __init__(self, session: requests.Session, url: str, verify: Any) -> None:
-        super().__init__()
-        self.session, self.url, self.verify = session, url, verify
-        head = self._get({"Range": "bytes=-1"})
-        total = re.fullmatch(r"bytes \d+-\d+/(\d+)", head.headers.get("Content-Range", ""))
-        if head.status_code != 206 or total is None:
-            raise Failure(f"{_shown(url)} does not answer range requests (HTTP {head.status_code})",
-                          rule="layout-index", hint="serve the wheels from a wheelhouse (`wheels fetch`)")
-        self.size = int(total.group(1))
-        self.position = 0
-        self.blocks: dict[int, bytes] = {}
 
-    def _get(self, headers: dict[str, str]) -> requests.Response:
-        try:
-            return self.session.get(self.url, headers=headers, timeout=TIMEOUT, verify=self.verify)
-        except requests.RequestException as error:
-            raise Failure(f"cannot read {_shown(self.url)}: {type(error).__name__}", rule="layout-index",
-                          hint="check the network and the site's wheel source and ca_bundle") from None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def _block(self, index: int) -> bytes:
-        if index not in self.blocks:
-            start = index * BLOCK
-            end = min(self.size, start + BLOCK) - 1
-            answer = self._get({"Range": f"bytes={start}-{end}"})
-            if answer.status_code != 206 or len(answer.content) != end - start + 1:
-                raise Failure(f"{_shown(self.url)} answered a range request with HTTP {answer.status_code}, "
-                              f"{len(answer.content)} bytes", rule="layout-index")
-            self.blocks[index] = answer.content
-        return self.blocks[index]
-
-    def read(self, size: int = -1) -> bytes:
-        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
-        chunks = []
-        while self.position < end:
-            block = self._block(self.position // BLOCK)
-            offset = self.position % BLOCK
-            piece = block[offset:offset + end - self.position]
-            chunks.append(piece)
-            self.position += len(piece)
-        return b"".join(chunks)
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
+def _dist_info_member(member: str) -> Callable[[str], bool]:
+    """Accepts `<name>-<version>.dist-info/<member>` at the top of the wheel."""
+    def wanted(name: str) -> bool:
+        parts = PurePosixPath(name).parts
+        return len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == member
+    return wanted
 
 
 def read_wheel(handle: Any, where: str) -> WheelFacts:
-    """Requires-Dist, tags and RECORD paths of a wheel (an open zip file, local or remote)."""
+    """Requires-Dist, tags and RECORD paths of a wheel file on the host (zipfile reads its tail, not all)."""
     try:
         archive = zipfile.ZipFile(handle)
-        dist_info = {PurePosixPath(info.filename).name: info for info in archive.infolist()
-                     if len(PurePosixPath(info.filename).parts) == 2
-                     and PurePosixPath(info.filename).parts[0].endswith(".dist-info")}
-        texts = {}
-        for member in ("METADATA", "WHEEL", "RECORD"):
-            info = dist_info.get(member)
-            if info is None or info.file_size > MAX_MEMBER:
-                raise Failure(f"{where}: no usable .dist-info/{member}", rule="layout-wheel")
-            texts[member] = archive.read(info).decode("utf-8")
+        texts: dict[str, str | None] = {}
+        for member in DIST_INFO_MEMBERS:
+            info = next((info for info in archive.infolist() if _dist_info_member(member)(info.filename)), None)
+            if info is not None and info.file_size > MAX_MEMBER:
+                raise Failure(f"{where}: .dist-info/{member} is {info.file_size} bytes", rule="layout-wheel")
+            texts[member] = None if info is None else archive.read(info).decode("utf-8")
     except (zipfile.BadZipFile, UnicodeDecodeError, OSError, EOFError) as error:
         raise Failure(f"{where} is not a readable wheel: {error}", rule="layout-wheel") from None
-    metadata = email.parser.Parser().parsestr(texts["METADATA"], headersonly=True)
-    wheel = email.parser.Parser().parsestr(texts["WHEEL"], headersonly=True)
-    record = tuple(line.split(",", 1)[0] for line in texts["RECORD"].splitlines() if line.strip())
+    return facts_from(texts, where)
+
+
+def facts_from(texts: dict[str, str | None], where: str) -> WheelFacts:
+    missing = [member for member in DIST_INFO_MEMBERS if texts.get(member) is None]
+    if missing:
+        raise Failure(f"{where}: no .dist-info/{missing[0]}", rule="layout-wheel")
+    metadata = email.parser.Parser().parsestr(texts["METADATA"] or "", headersonly=True)
+    wheel = email.parser.Parser().parsestr(texts["WHEEL"] or "", headersonly=True)
+    record = tuple(line.split(",", 1)[0] for line in (texts["RECORD"] or "").splitlines() if line.strip())
     return WheelFacts(tuple(metadata.get_all("Requires-Dist") or ()), tuple(wheel.get_all("Tag") or ()), record)
-
-
-def _shown(url: str) -> str:
-    """A URL without credentials, for messages."""
-    return re.sub(r"//[^/@]*@", "//", url)
 
 
 # --- finding a wheel ------------------------------------------------------------------------------------
@@ -177,10 +118,10 @@ class WheelFinder:
     def __init__(self, site: Site, *, offline: bool = False) -> None:
         self.site = site
         self.offline = offline
-        self.session = requests.Session()
         ca = site.ca_bundle()
-        self.verify: Any = str(ca) if ca else True
-        self.pages: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+        self.ca_bundle = str(ca) if ca else None
+        self.indexes: dict[str, Index] = {}
+        self.pages: dict[str, dict[str, dict[str, IndexFile]]] = {}  # index -> project -> filename -> file
         self.memo: dict[str, WheelFacts] = {}
         self.fetched = 0
 
@@ -204,9 +145,8 @@ class WheelFinder:
                     return self._store(entry.sha256, read_wheel(handle, str(path)))
         if self.offline:
             return None
-        url = self._url(entry, source)
         self.fetched += 1
-        return self._store(entry.sha256, read_wheel(RangeFile(self.session, url, self.verify), entry.filename))
+        return self._store(entry.sha256, self._remote(entry, source))
 
     def _cached(self, sha256: str) -> WheelFacts | None:
         path = cache_dir() / "wheel-facts" / f"{sha256}.json"
@@ -226,55 +166,21 @@ class WheelFinder:
             pass  # a cache that cannot be written only costs the next check its network time
         return facts
 
-    def _url(self, entry: LockEntry, source: WheelSource) -> str:
-        indexes = [source.index_url or DEFAULT_INDEX, *source.extra_index_urls]
-        for index in indexes:
-            files = self._page(index, entry.name)
-            if entry.filename in files:
-                url, sha256 = files[entry.filename]
-                if sha256 and sha256 != entry.sha256:
-                    raise Failure(f"{_shown(url)}: the index's sha256 differs from the lock's for {entry.filename}",
-                                  rule="layout-index", hint="re-lock: `./build.py lock`")
-                return url
-        raise Failure(f"{entry.filename} is on none of {', '.join(_shown(index) for index in indexes)}",
-                      rule="layout-index", hint="re-lock (`./build.py lock`), or fetch the wheels into a wheelhouse")
-
-    def _page(self, index: str, project: str) -> dict[str, tuple[str, str]]:
-        """filename -> (absolute URL, sha256 or "") of one project's simple-API page (JSON, else HTML)."""
-        key = (index, project)
-        if key not in self.pages:
-            url = f"{index.rstrip('/')}/{re.sub(r'[-_.]+', '-', project).lower()}/"
-            try:
-                answer = self.session.get(url, timeout=TIMEOUT, verify=self.verify,
-                                          headers={"Accept": f"{JSON_SIMPLE}, text/html;q=0.1"})
-            except requests.RequestException as error:
-                raise Failure(f"cannot read {_shown(url)}: {type(error).__name__}", rule="layout-index",
-                              hint="check the network and the site's wheel source and ca_bundle") from None
-            if answer.status_code == 404:
-                self.pages[key] = {}
-                return {}
-            if answer.status_code != 200 or len(answer.content) > MAX_INDEX_PAGE:
-                raise Failure(f"{_shown(url)} answered HTTP {answer.status_code}", rule="layout-index")
-            self.pages[key] = _parse_page(answer, url)
-        return self.pages[key]
-
-
-def _parse_page(answer: requests.Response, url: str) -> dict[str, tuple[str, str]]:
-    base = answer.url or url
-    if answer.headers.get("Content-Type", "").startswith(JSON_SIMPLE):
-        try:
-            files = answer.json().get("files")
-            return {item["filename"]: (requests.compat.urljoin(base, item["url"]),
-                                       str(item.get("hashes", {}).get("sha256", "")))
-                    for item in files if isinstance(item.get("filename"), str) and isinstance(item.get("url"), str)}
-        except (ValueError, AttributeError, TypeError) as error:
-            raise Failure(f"{_shown(url)}: not a simple-API JSON page ({error})", rule="layout-index") from None
-    found = {}
-    for href, name in re.findall(r'<a[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', answer.text):
-        link, _, fragment = href.replace("&amp;", "&").partition("#")
-        sha256 = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
-        found[name.strip()] = (requests.compat.urljoin(base, link), sha256)
-    return found
+    def _remote(self, entry: LockEntry, source: WheelSource) -> WheelFacts:
+        """From the first of the source's indexes that lists the file: range requests only (run.index)."""
+        urls = [source.index_url or PUBLIC_INDEX, *source.extra_index_urls]
+        for url in urls:
+            if url not in self.indexes:
+                self.indexes[url] = Index(url, ca_bundle=self.ca_bundle)
+            index = self.indexes[url]
+            if entry.name not in self.pages.setdefault(url, {}):
+                self.pages[url][entry.name] = {file.filename: file for file in index.files(entry.name)}
+            file = self.pages[url][entry.name].get(entry.filename)
+            if file is not None:
+                return facts_from({member: index.wheel_member(file, _dist_info_member(member))
+                                   for member in DIST_INFO_MEMBERS}, file.url)
+        raise Failure(f"{entry.filename} is on none of {', '.join(urls)}", rule="layout-index",
+                      hint="re-lock (`./build.py lock`), or fetch the wheels into a wheelhouse (`wheels fetch`)")
 
 
 # --- the check ------------------------------------------------------------------------------------------
