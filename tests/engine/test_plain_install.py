@@ -18,14 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from xla_images.generate import cigen
 from xla_images.run import build
 from xla_images.run.build import BuildOptions, Outcome
 
 from plain_install import environment
 
 REPO = Path(__file__).resolve().parents[2]
-GENERATED_CI = ("ci/github/xla-images-build.yml", "ci/github/xla-images-resolve.yml",
-                "ci/github/example-downstream.yml", "docker-bake.json")
+# Every CI file `ci github` and `ci bake` write (what render writes and render --check watches, besides Dockerfiles/).
+GENERATED_CI = tuple(str(path) for path in (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW,
+                                            cigen.UPDATE_WORKFLOW, cigen.BAKE_FILE))
 LOCK = "requirements.lock"
 # Run by a python: every command path of the CLI it imports and, with HELP set, each path's `--help` (one process:
 # a process start per command would cost a second each; the console script itself is run below for the root).
