@@ -69,7 +69,7 @@ def test_refusals_are_explained(stderr: str, reason: str) -> None:
 
 
 def test_registry_credentials_reach_cosign_in_a_private_config_never_on_argv(monkeypatch) -> None:
-    credentials = Credentials("bot", "s3cret-pw", "environment")
+    credentials = Credentials("bot", "s3cret-pw", "environment", from_environment=True)
     registry = Registry.parse("127.0.0.1:5040/xla-images")
     with sign._cosign_env(registry, credentials) as env:
         config = Path(env["DOCKER_CONFIG"]) / "config.json"
