@@ -31,7 +31,8 @@ from xla_images.run import engine
 STAGE_USER, STAGE_PASSWORD = "stage-bot", "stage-" + os.urandom(12).hex()
 PROD_USER, PROD_PASSWORD = "prod-bot", "prod-" + os.urandom(12).hex()
 KEY_PASSWORD = "key-" + os.urandom(8).hex()
-SECRETS = (STAGE_PASSWORD, PROD_PASSWORD, KEY_PASSWORD,
+IDENTITY_TOKEN = "refresh-" + os.urandom(12).hex()
+SECRETS = (STAGE_PASSWORD, PROD_PASSWORD, KEY_PASSWORD, IDENTITY_TOKEN,
            base64.b64encode(f"{STAGE_USER}:{STAGE_PASSWORD}".encode()).decode(),
            base64.b64encode(f"{PROD_USER}:{PROD_PASSWORD}".encode()).decode())
 
@@ -68,7 +69,7 @@ def staging(pki: support.Pki, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def token_server(pki: support.Pki) -> Iterator[support.TokenServer]:
-    server = support.TokenServer(pki, {PROD_USER: PROD_PASSWORD}, set()).start()
+    server = support.TokenServer(pki, {PROD_USER: PROD_PASSWORD}, {IDENTITY_TOKEN}).start()
     try:
         yield server
     finally:
@@ -268,6 +269,33 @@ def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, pki:
         if pulled_ref:
             engine.images.remove_image(pulled_ref, force=True)
         engine.images.remove_image(names.local_ref(flavour.tag), force=True)
+
+
+def test_an_identity_token_from_a_helper_serves_promote_resolve_and_the_engine_pull(
+        pki: support.Pki, staging: support.TlsRegistry, production: support.TlsRegistry, tmp_path: Path) -> None:
+    """gcloud-style: the helper answers the user `<token>`, a refresh token the token service trades (POST
+    grant_type=refresh_token) — by the toolkit for promote and resolve, by the engine for the pull."""
+    project = make_project(tmp_path / "project")
+    image_id = build_image(tmp_path / "ctx", project.flavour, (1,))
+    client = Client(project, tmp_path, pki, "certs.d")
+    client.login("auths", staging.host, STAGE_USER, STAGE_PASSWORD)
+    client.login("credHelpers", production.host, "<token>", IDENTITY_TOKEN)
+    source, target = f"{staging.host}/to-identity", f"{production.host}/identity"
+    pulled_ref = None
+    try:
+        client("push", project.flavour.tag, "--registry", source)
+        digest = json.loads(project.published.read_text())["flavours"][project.flavour.tag]["digest"]
+        client("promote", project.flavour.tag, "--from", source, "--to", target)
+        assert client("resolve", "--registry", target).stdout.strip() == f"{target}@{digest}"
+        engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
+        pulled_ref = client("pull", "--registry", target).stdout.strip()
+        attrs = engine.images.image_inspect(pulled_ref)
+        assert pulled_ref == f"{target}@{digest}" and attrs is not None and attrs["Id"] == image_id
+        assert_no_secret(client, project.root)
+    finally:
+        if pulled_ref:
+            engine.images.remove_image(pulled_ref, force=True)
+        engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
 
 
 # --- what goes wrong, said clearly ---------------------------------------------------------------------------
