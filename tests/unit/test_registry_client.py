@@ -16,6 +16,7 @@ import pytest
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.registry import Registry
+from xla_images.run import prune
 from xla_images.run.registry import Credentials, RegistryClient, RetryPolicy, auth, client as client_module, tls
 from xla_images.run.registry.errors import unreachable_hint
 
@@ -100,6 +101,18 @@ def test_a_tag_list_that_is_not_one_is_refused(serve, body: bytes, problem: str)
     with pytest.raises(Failure) as caught:
         client_for(server).tag_digests()  # what prune reads
     assert caught.value.rule == "registry-answer" and problem in caught.value.message
+
+
+@pytest.mark.parametrize("body", [b"not json", b'["a", "b"]', b'{"tags": ["a", 7]}'])
+def test_prune_refuses_a_garbled_tag_list_before_deciding_anything(serve, body: bytes) -> None:
+    def route(method: str, path: str, headers: dict[str, str]) -> Answer:
+        return (200, {}, body) if path.endswith("/tags/list") else (200, {}, b"{}")
+
+    server = serve(route)
+    with pytest.raises(Failure) as caught:
+        prune.prune(client_for(server), keep=0, older_than_days=0, protected={}, collect=False)
+    assert caught.value.rule == "registry-answer"
+    assert [method for method, _, _ in server.requests if method == "DELETE"] == []
 
 
 def test_an_oversized_answer_is_refused_before_it_is_all_read(serve, monkeypatch: pytest.MonkeyPatch) -> None:
