@@ -232,7 +232,7 @@ class RegistryClient:
         return self._send(method, path, headers, None, body)
 
     def _send(self, method: str, path: str, headers: dict[str, str], auth: tuple[str, str] | None,
-              body: dict[str, Any], token_service: bool = False) -> requests.Response:
+              body: dict[str, Any]) -> requests.Response:
         # Upload sessions and token realms are absolute URLs; everything else is a path on this registry.
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
         trust = self._trust_for(url)
