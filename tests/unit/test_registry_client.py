@@ -16,7 +16,7 @@ import pytest
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.registry import Registry
-from xla_images.run import prune
+from xla_images.run import prune, resolve
 from xla_images.run.registry import Credentials, RegistryClient, RetryPolicy, auth, client as client_module, tls
 from xla_images.run.registry.errors import unreachable_hint
 
@@ -272,3 +272,18 @@ def test_a_name_that_does_not_resolve_is_a_dns_failure() -> None:
     with pytest.raises(Failure) as caught:
         client.check_reachable()
     assert caught.value.rule == "registry-dns" and "ci/registry.sh" not in caught.value.render()
+
+
+def test_resolve_warns_when_the_registry_is_away_but_fails_on_a_setup_to_fix(serve, certificate: Path,
+                                                                             tmp_path: Path) -> None:
+    candidate = resolve.Candidate("t", f"no-such-host.invalid/x@{DIGEST}", {})
+    warned: list[str] = []
+    away = RegistryClient(Registry.parse("no-such-host.invalid/x"), retry=NO_WAIT)
+    assert resolve.verify(candidate, away, warned.append).verified is False and "could not re-verify" in warned[0]
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    server = serve(lambda method, path, headers: (200, {}, b"{}"), context)
+    untrusted = client_for(server, trust=tls.Trust(server.host, "https", tmp_path))
+    with pytest.raises(Failure) as caught:
+        resolve.verify(candidate, untrusted, warned.append)
+    assert caught.value.rule == "registry-tls" and len(warned) == 1

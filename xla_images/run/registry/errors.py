@@ -7,12 +7,12 @@ helper answered something that is not what the protocol says), `registry-request
 """
 from __future__ import annotations
 
-import ipaddress
 import ssl
 
 import requests
 
 from ...errors import Failure
+from ...model.registry import Registry
 
 SUITE_REGISTRY_HINT = "start the suite registry with `ci/registry.sh start`"
 CERTS_D_DEFAULT = "/etc/docker/certs.d"
@@ -23,14 +23,9 @@ class RegistryDown(Exception):
 
 
 def is_loopback(host: str) -> bool:
-    """`127.0.0.1:5000`, `localhost`, `[::1]:5000`: where the engine speaks plain http without configuration."""
-    name = host[1:host.index("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    """`127.0.0.1:5000`, `localhost`, `[::1]:5000`: where the engine speaks plain http without configuration.
+    The rule is model.registry's (its base_url), asked here rather than written twice."""
+    return Registry(host, "_").base_url.startswith("http://")
 
 
 def unreachable_hint(host: str) -> str:
