@@ -17,8 +17,6 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
-
-
 @click.command("promote")
 @click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
 @click.option("--from", "source_text", metavar="HOST[:PORT]/REPO", required=True, help="Where the tested images are.")
@@ -90,7 +88,8 @@ def prune(plan: Plan, registry_text: str | None, keep: int, older_than: int, dry
       build.py prune --keep 7 --older-than 14 --dry-run
       build.py prune --keep 3 --older-than 30 --protect downstream-digests.txt
     """
-    registry = Registry.parse(registry_text or plan.site.registry, where="--registry" if registry_text else "site registry")
+    registry = Registry.parse(registry_text or plan.site.registry,
+                              where="--registry" if registry_text else "site registry")
     client = registries.connect(registry, registries.DELETE)
     protected = pruning.protected_digests(published_path or plan.root / PUBLISHED_NAME, protect_files)
     with registries.redacting(client.credentials):
