@@ -81,14 +81,14 @@ def main() -> int:
     digest = None
     try:
         started = time.monotonic()
-        entry = publish.push_all([flavour], registry, published, credentials=None)[0]
+        entry = publish.push_all([flavour], registry, published)[0]
         push_cold = time.monotonic() - started
         digest = entry.digest
         manifest = client.manifest(digest)
         compressed = sum(int(layer["size"]) for layer in manifest["layers"]) + int(manifest["config"]["size"])
 
         started = time.monotonic()
-        publish.push_all([flavour], registry, published, credentials=None)
+        publish.push_all([flavour], registry, published)
         push_warm = time.monotonic() - started
 
         for name in flavour.aliases:

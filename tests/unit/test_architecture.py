@@ -49,7 +49,7 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
             package.mkdir(exist_ok=True)
             (package / f"{name}.py").write_text("")
     (package / "__init__.py").write_text("")
-    for name in run_modules + ["engine"]:
+    for name in run_modules + [layer.strip() for layer in CONTRACTS["contracts"][1]["layers"][1:]]:
         (package / "run" / f"{name}.py").write_text("")
     (package / "model" / "flavour.py").write_text("from xla_images.run import build\n")
     (package / "cli" / "common.py").write_text("import docker\n")

@@ -209,9 +209,14 @@ def test_build_workflow_shape(files: dict[Path, str]) -> None:
     assert './build.py test "$TAG"' in commands
     push = step(workflow, "image", name="Push")
     assert push["run"] == './build.py push --registry "$XLA_IMAGES_REGISTRY" --published published.json "$TAG"'
-    assert push["env"] == {"XLA_IMAGES_REGISTRY": "${{ vars.XLA_IMAGES_REGISTRY }}",
-                           "XLA_IMAGES_REGISTRY_USER": "${{ secrets.XLA_IMAGES_REGISTRY_USER }}",
-                           "XLA_IMAGES_REGISTRY_PASSWORD": "${{ secrets.XLA_IMAGES_REGISTRY_PASSWORD }}"}
+    # The secrets reach only `docker login`, whose docker config the engine, cosign and build.py all read.
+    assert push["env"] == {"XLA_IMAGES_REGISTRY": "${{ vars.XLA_IMAGES_REGISTRY }}"}
+    names = [entry.get("name") for entry in image["steps"]]
+    assert names.index("Log in to the registry") < names.index("Push") < names.index("Log out of the registry")
+    login = step(workflow, "image", name="Log in to the registry")
+    assert login["env"]["REGISTRY_PASSWORD"] == "${{ secrets.XLA_IMAGES_REGISTRY_PASSWORD }}"
+    assert "--password-stdin" in login["run"] and "REGISTRY_PASSWORD" not in login["run"].split("|")[1]
+    assert "secrets." not in json.dumps([entry for entry in image["steps"] if entry.get("name") != login["name"]])
     part = step(workflow, "image", name="Upload this flavour's part of published.json")
     assert part["with"]["name"] == "published-${{ matrix.tag }}" and part["with"]["path"] == "published.json"
     publish_job = workflow["jobs"]["publish"]

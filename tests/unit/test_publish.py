@@ -18,6 +18,7 @@ from xla_images.model.site import WheelSource
 from xla_images.model.target import Target
 from xla_images.run import engine, publish
 from xla_images.run.publish import Credentials, RegistryClient, RetryPolicy
+from xla_images.run.registry import client as registry_client
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -83,7 +84,7 @@ def test_credentials_from_docker_config(tmp_path: Path) -> None:
                                             "other:5000": {"auth": "eDp5"}}}))
     credentials = publish.load_credentials("reg.example.com", {}, docker_config=config)
     assert credentials is not None and (credentials.username, credentials.password) == ("bob", SECRET)
-    assert credentials.source == str(config)
+    assert credentials.source == f"`auths` in {config}"
     assert publish.load_credentials("unknown:1", {}, docker_config=config) is None
 
 
@@ -128,9 +129,16 @@ class FakeResponse:
         self.status_code = status
         self.headers = headers or {}
         self.content = body
+        self.closed = False
 
     def json(self) -> Any:
         return json.loads(self.content)
+
+    def iter_content(self, chunk_size: int) -> Any:
+        return iter([self.content])
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class FakeSession:
@@ -140,8 +148,11 @@ class FakeSession:
         self.script = list(script)
         self.calls: list[tuple[str, str, dict[str, str], Any]] = []
 
+    def mount(self, prefix: str, adapter: Any) -> None:
+        pass
+
     def request(self, method: str, url: str, headers: dict[str, str], auth: Any, timeout: float,
-                allow_redirects: bool) -> FakeResponse:
+                allow_redirects: bool, **body: Any) -> FakeResponse:
         self.calls.append((method, url, dict(headers), auth))
         step = self.script.pop(0)
         if isinstance(step, Exception):
@@ -342,10 +353,10 @@ def test_push_all_records_only_verified_flavours(monkeypatch: pytest.MonkeyPatch
     patch_engine(monkeypatch, fake)
     session = FakeSession([FakeResponse(200)] + [FakeResponse(200, {"Docker-Content-Digest": DIGEST_A})] * 3
                           + [FakeResponse(200)])
-    monkeypatch.setattr(publish.requests, "Session", lambda: session)
+    monkeypatch.setattr(registry_client.requests, "Session", lambda: session)
     path = tmp_path / "published.json"
     with pytest.raises(Failure):
-        publish.push_all([first, second], Registry.parse("127.0.0.1:5999/xla-images"), path, credentials=None,
+        publish.push_all([first, second], Registry.parse("127.0.0.1:5999/xla-images"), path,
                          retry=NO_WAIT)
     recorded = publish.read_published(path)
     assert list(recorded) == [first.tag]
@@ -359,7 +370,7 @@ def test_push_all_refuses_up_front_when_any_image_is_not_built(monkeypatch: pyte
     patch_engine(monkeypatch, fake)
     path = tmp_path / "published.json"
     with pytest.raises(Failure, match=f"xla-images:{second.tag} is not on this engine"):
-        publish.push_all([first, second], Registry.parse("127.0.0.1:5999/xla-images"), path, credentials=None,
+        publish.push_all([first, second], Registry.parse("127.0.0.1:5999/xla-images"), path,
                          retry=NO_WAIT)
     assert fake.events == [] and not path.exists()
 

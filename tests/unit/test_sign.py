@@ -69,7 +69,7 @@ def test_refusals_are_explained(stderr: str, reason: str) -> None:
 
 
 def test_registry_credentials_reach_cosign_in_a_private_config_never_on_argv(monkeypatch) -> None:
-    credentials = Credentials("bot", "s3cret-pw", "environment")
+    credentials = Credentials("bot", "s3cret-pw", "environment", from_environment=True)
     registry = Registry.parse("127.0.0.1:5040/xla-images")
     with sign._cosign_env(registry, credentials) as env:
         config = Path(env["DOCKER_CONFIG"]) / "config.json"
@@ -92,3 +92,19 @@ def test_site_public_key_is_relative_to_the_site_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_site(site_file)
     assert caught.value.rule == "site-cosign-public-key" and "site.yaml:1" in caught.value.render()
+
+
+def test_cosign_gets_the_engine_trust_of_the_registry(tmp_path: Path, monkeypatch) -> None:
+    """The certs.d CA and client certificate the toolkit's own client uses reach cosign as its flags."""
+    host = tmp_path / "certs.d" / "registry.example.com:5443"
+    host.mkdir(parents=True)
+    for name in ("ca.crt", "client.cert", "client.key"):
+        (host / name).write_text("x")
+    monkeypatch.setenv("XLA_IMAGES_CERTS_D", str(tmp_path / "certs.d"))
+    monkeypatch.setenv("XLA_IMAGES_DOCKER_DAEMON_JSON", str(tmp_path / "none.json"))
+    assert sign._registry_flags(Registry.parse("registry.example.com:5443/x")) == [
+        f"--registry-cacert={host / 'ca.crt'}", f"--registry-client-cert={host / 'client.cert'}",
+        f"--registry-client-key={host / 'client.key'}"]
+    (tmp_path / "daemon.json").write_text('{"insecure-registries": ["registry.example.com:5443"]}')
+    monkeypatch.setenv("XLA_IMAGES_DOCKER_DAEMON_JSON", str(tmp_path / "daemon.json"))
+    assert sign._registry_flags(Registry.parse("registry.example.com:5443/x")) == ["--allow-http-registry=true"]

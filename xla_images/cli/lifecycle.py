@@ -9,17 +9,12 @@ import click
 from ..generate.plan import Plan
 from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
-from ..run import promote as promoting, prune as pruning, publish
+from ..run import promote as promoting, prune as pruning, registry as registries
 from .common import flavour_filters, plan_options, select
 
 
 def _say(line: str) -> None:
     click.echo(line, err=True)
-
-
-def _client(text: str, where: str) -> publish.RegistryClient:
-    registry = Registry.parse(text, where=where)
-    return publish.RegistryClient(registry, publish.load_credentials(registry.host))
 
 
 @click.command("promote")
@@ -48,10 +43,14 @@ def promote(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], 
       build.py promote --python 3.11 --from 127.0.0.1:5000/staging --to 127.0.0.1:5000/xla-images
     """
     flavours = select(plan, names, filters)
-    source = _client(source_text, "--from")
-    destination = _client(destination_text, "--to")
+    source_registry = Registry.parse(source_text, where="--from")
+    destination_registry = Registry.parse(destination_text, where="--to")
+    source = registries.connect(source_registry)
+    same_host = source_registry.host == destination_registry.host  # a cross-repository mount reads the source
+    destination = registries.connect(destination_registry, registries.WRITE,
+                                     also_read=source_registry if same_host else None)
     path = published_path or plan.root / PUBLISHED_NAME
-    with publish.redacting(source.credentials), publish.redacting(destination.credentials):
+    with registries.redacting(source.credentials, destination.credentials):
         done = promoting.promote(flavours, source, destination, path, chunk_size=chunk_mb << 20, progress=_say)
     for item in done:
         click.echo(f"{item.tag}\t{item.destination_ref}\t{json.dumps(item.transfer.to_json())}")
@@ -89,9 +88,11 @@ def prune(plan: Plan, registry_text: str | None, keep: int, older_than: int, dry
       build.py prune --keep 7 --older-than 14 --dry-run
       build.py prune --keep 3 --older-than 30 --protect downstream-digests.txt
     """
-    client = _client(registry_text or plan.site.registry, "--registry" if registry_text else "site registry")
+    registry = Registry.parse(registry_text or plan.site.registry,
+                              where="--registry" if registry_text else "site registry")
+    client = registries.connect(registry, registries.DELETE)
     protected = pruning.protected_digests(published_path or plan.root / PUBLISHED_NAME, protect_files)
-    with publish.redacting(client.credentials):
+    with registries.redacting(client.credentials):
         report = pruning.prune(client, keep=keep, older_than_days=older_than, protected=protected,
                                dry_run=dry_run, collect=collect, progress=_say)
     if as_json:

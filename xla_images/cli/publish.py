@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..generate.plan import Plan
 from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
-from ..run import engine, publish, resolve as resolving, sign as signing
+from ..run import engine, publish, registry as registries, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, select
 
 
@@ -42,7 +42,8 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     \b
     The canonical tag is pushed and verified first; aliases follow only then, so no alias ever names a
     manifest the registry lacks. Verified flavours are merged into published.json as they complete.
-    Credentials: XLA_IMAGES_REGISTRY_USER/XLA_IMAGES_REGISTRY_PASSWORD or `docker login` (never printed).
+    Credentials as docker finds them: XLA_IMAGES_REGISTRY_USER/_PASSWORD, else the docker config's
+    credHelpers, credsStore or auths (never printed). TLS: the system store plus /etc/docker/certs.d.
 
     \b
     Examples:
@@ -52,9 +53,8 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     flavours = select(plan, names, filters)
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
-    credentials = publish.load_credentials(registry.host)
     path = published_path or plan.root / PUBLISHED_NAME
-    done = publish.push_all(flavours, registry, path, credentials=credentials, progress=_say)
+    done = publish.push_all(flavours, registry, path, progress=_say)
     for entry in done:
         click.echo(f"{entry.tag}\t{entry.ref}\t{' '.join(entry.tags[1:])}")
     _say(f"{len(done)} flavour(s) pushed and verified; recorded in {path}")
@@ -93,14 +93,10 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
         if not os.path.lexists(published_path):  # anything else that is not a readable file: read_published says
             raise ConfigError("file not found", location=str(published_path), rule="resolve-source",
                               hint="push first, or resolve from a registry with --registry HOST[:PORT]/REPO")
-        return resolving.resolve_published(published_path, filters, _client_for, _say)
+        return resolving.resolve_published(published_path, filters, registries.connect, _say)
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
-    return resolving.resolve_registry(list(plan.flavours), _client_for(registry), filters)
-
-
-def _client_for(registry: Registry) -> publish.RegistryClient:
-    return publish.RegistryClient(registry, publish.load_credentials(registry.host))
+    return resolving.resolve_registry(list(plan.flavours), registries.connect(registry), filters)
 
 
 @click.command("resolve")
@@ -125,8 +121,8 @@ def resolve(resolved: resolving.Resolved) -> None:
 def pull(resolved: resolving.Resolved) -> None:
     """Resolve like `resolve`, then pull that image by digest; prints the ref (the image id goes to stderr)."""
     registry = resolving.registry_of(resolved.ref)
-    credentials = publish.load_credentials(registry.host)
-    with publish.redacting(credentials):
+    credentials = registries.load_credentials(registry.host)
+    with registries.redacting(credentials):
         auth = credentials.auth_config(registry.host) if credentials else None
         image_id = engine.transfer.pull_image(resolved.ref, auth, _say)
     _say(f"pulled {resolved.ref} as image {image_id}")

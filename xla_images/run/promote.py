@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +25,8 @@ from typing import Any, Callable
 from ..errors import Failure
 from ..model.registry import Registry
 from ..model.target import Target
-from .publish import Published, RegistryClient, read_published, record_published
+from .publish import Published, read_published, record_published
+from .registry import RegistryClient, answers
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
                "application/vnd.oci.image.index.v1+json")
@@ -105,15 +105,27 @@ def find_at_source(flavours: list[Target], source: RegistryClient) -> list[Sourc
 
 # --- blobs -----------------------------------------------------------------------------------------------
 
-def blobs_of(manifest: dict[str, Any]) -> list[tuple[str, int]]:
-    """(digest, size) of the config and every layer; foreign layers (with `urls`) live elsewhere: skipped."""
+def blobs_of(manifest: dict[str, Any], host: str = "the source") -> list[tuple[str, int]]:
+    """(digest, size) of the config and every layer; foreign layers (with `urls`) live elsewhere: skipped.
+    Digests and sizes are checked: they become URLs and byte counts."""
     blobs = []
-    if manifest.get("config"):
-        blobs.append((str(manifest["config"]["digest"]), int(manifest["config"].get("size", 0))))
-    for layer in manifest.get("layers") or []:
+    config = manifest.get("config")
+    if config:
+        if not isinstance(config, dict):
+            raise answers.refuse(host, "a manifest", "a `config` that is not an object")
+        blobs.append((answers.checked_digest(config.get("digest"), host, "a manifest's config"),
+                      _size(config, host)))
+    for layer in answers.blob_list(manifest, host):
         if not layer.get("urls"):
-            blobs.append((str(layer["digest"]), int(layer.get("size", 0))))
+            blobs.append((str(layer["digest"]), _size(layer, host)))
     return blobs
+
+
+def _size(descriptor: dict[str, Any], host: str) -> int:
+    size = descriptor.get("size", 0)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise answers.refuse(host, "a manifest", "a size that is not a whole number")
+    return size
 
 
 class BlobCopier:
@@ -181,7 +193,7 @@ class BlobCopier:
         if not location:
             raise Failure(f"{self.destination.registry.host} opened an upload without a Location", rule="promote-blob")
         if location.startswith("/"):
-            location = self.destination.registry.base_url + location
+            location = self.destination.base_url + location
         return str(location)
 
     def _expect(self, response: Any, status: int, what: str) -> None:
@@ -197,6 +209,8 @@ def put_manifest(client: RegistryClient, reference: str, manifest: bytes, media_
                               headers={"Content-Type": media_type})
     client.raise_for(response, f"PUT manifest {reference}")
     served = response.headers.get("Docker-Content-Digest")
+    if served:
+        served = answers.checked_digest(served, client.registry.host, f"PUT manifest {reference}")
     if served and served != digest:
         raise Failure(f"{client.registry.ref(reference)} was stored as {served}, the source is {digest}",
                       rule="promote-verified", hint="the destination rewrote the manifest; it cannot keep the digest")
@@ -206,20 +220,24 @@ def copy_image(image: SourceImage, copier: BlobCopier) -> Transfer:
     """Blobs, then child manifests (by digest), then the manifest under each tag; verify every tag's digest."""
     transfer = Transfer()
     destination = copier.destination
-    document = json.loads(image.manifest)
+    host = copier.source.registry.host
+    document = answers.json_object(image.manifest, host, "a manifest")
     if image.media_type in INDEX_TYPES or "manifests" in document:
-        for child in document.get("manifests") or []:
-            fetched = copier.source.manifest_bytes(str(child["digest"]))
+        children = document.get("manifests") or []
+        if not isinstance(children, list) or not all(isinstance(child, dict) for child in children):
+            raise answers.refuse(host, "an index", "`manifests` that is not a list of objects")
+        for child in children:
+            fetched = copier.source.manifest_bytes(answers.checked_digest(child.get("digest"), host, "an index"))
             if fetched is None:
                 raise Failure(f"{image.flavour.tag}'s index names {child['digest']}, which the source lacks",
                               rule="promote-source")
             raw, media_type, digest = fetched
-            for blob, size in blobs_of(json.loads(raw)):
+            for blob, size in blobs_of(answers.json_object(raw, host, "a manifest"), host):
                 copier.copy(blob, size, transfer)
             put_manifest(destination, digest, raw, media_type, digest)
             transfer.manifests += 1
     else:
-        for blob, size in blobs_of(document):
+        for blob, size in blobs_of(document, host):
             copier.copy(blob, size, transfer)
     for tag in image.flavour.tags:
         put_manifest(destination, tag, image.manifest, image.media_type, image.digest)
@@ -271,13 +289,14 @@ def record_promotion(path: Path, image: SourceImage, promoted: Promoted, source:
 
 
 def _labels(image: SourceImage, source: RegistryClient) -> dict[str, str]:
-    document = json.loads(image.manifest)
+    document = answers.json_object(image.manifest, source.registry.host, "a manifest")
     config = document.get("config")
     if not config:
         return {}  # an index has no config of its own
-    response = source.request("GET", f"/v2/{source.registry.repository}/blobs/{config['digest']}")
-    source.raise_for(response, "GET image config")
-    return dict((response.json().get("config") or {}).get("Labels") or {})
+    labels = (source.blob_json(str(config.get("digest"))).get("config") or {}).get("Labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(value, str) for value in labels.values()):
+        raise answers.refuse(source.registry.host, "the image config", "`Labels` that are not strings")
+    return dict(labels)
 
 
 def _now() -> str:

@@ -31,7 +31,8 @@ import yaml
 from .. import resources
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
-from .publish import RegistryClient, read_published
+from .publish import read_published
+from .registry import RegistryClient
 
 DATED_NIGHTLY = re.compile(r"^(?P<series>nightly_.+)_(?P<date>\d{8})$")
 PROTECT_TAG_PREFIX = "protected-"
@@ -158,16 +159,6 @@ def cosign_companions(digest: str, tags: dict[str, str]) -> dict[str, str]:
 
 
 # --- the registry ----------------------------------------------------------------------------------------
-
-def tag_digests(client: RegistryClient) -> dict[str, str]:
-    """Every tag of the repository and the digest it names."""
-    found = {}
-    for tag in client.tags():
-        digest = client.manifest_digest(tag)
-        if digest is not None:
-            found[tag] = digest
-    return found
-
 
 def pin_untagged(client: RegistryClient, digests: Iterable[str], tagged: set[str], dry_run: bool,
                  progress: Progress) -> list[str]:
@@ -304,7 +295,7 @@ def prune(client: RegistryClient, *, keep: int, older_than_days: int, protected:
           dry_run: bool = False, collect: bool = True, state: Path | None = None,
           today: datetime.date | None = None, progress: Progress = lambda line: None) -> PruneReport:
     client.check_reachable()
-    tags = tag_digests(client)
+    tags = client.tag_digests()
     today = today or datetime.datetime.now(datetime.timezone.utc).date()
     report = PruneReport(plan_prune(tags, keep, older_than_days, protected, today))
     for digest in report.plan.doomed_digests:

@@ -5,330 +5,38 @@ verified first (HTTP API v2: the manifest digest the registry serves for the tag
 so an alias never names a manifest the registry does not hold. published.json gains a flavour only once all
 its tags are verified; it is rewritten atomically, merged with what it held.
 
-Credentials come from XLA_IMAGES_REGISTRY_USER / XLA_IMAGES_REGISTRY_PASSWORD or from the docker config
-(`auths` in $DOCKER_CONFIG/config.json or ~/.docker/config.json). They are passed to the engine and the
-registry only: never printed, logged or written, and scrubbed from any error message.
+Registry access (trust, credentials, token auth, the API client) is run.registry's: the engine gets the
+same credentials for the push as the toolkit's own verifying calls (`Credentials.auth_config`).
 """
 from __future__ import annotations
 
-import base64
-import contextlib
 import dataclasses
 import datetime
-import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
-import requests
 import tenacity
 
 from .. import diskio, userfiles
-from ..errors import ConfigError, Failure, Location, XlaImagesError, shorten, shown_value
+from ..errors import ConfigError, Failure, Location, shorten, shown_value
 from ..model.registry import Registry
 from ..model.target import Target
 from ..names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
-from . import engine, nightly_check
+from . import engine, nightly_check, registry as registries
+from .registry import (PASSWORD_ENV, RETRIED_STATUSES, USER_ENV, Credentials, RegistryClient, RetryPolicy, is_digest,
+                       load_credentials, redact, redacting)
 
-USER_ENV = "XLA_IMAGES_REGISTRY_USER"
-PASSWORD_ENV = "XLA_IMAGES_REGISTRY_PASSWORD"
-REGISTRY_START_HINT = (
-    "start the suite registry with `ci/registry.sh start`, or pass the right --registry HOST[:PORT]/REPO")
-# Everything a registry may answer for a tag: single-platform manifests and indexes, Docker and OCI.
-MANIFEST_MEDIA_TYPES = (
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-)
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-# Answers a registry gives while it is overloaded or restarting (a 500 is often a storage hiccup): retried.
-RETRIED_STATUSES = (429, 500, 502, 503, 504)
+__all__ = ["PASSWORD_ENV", "USER_ENV", "Credentials", "RegistryClient", "RetryPolicy", "load_credentials", "redact",
+           "redacting", "is_digest"]
+
 # dockerd retries a failed layer upload itself (5 times, ~50 s), but not the manifest PUT that ends a push:
 # such an answer there is worth one more push (layers already up are skipped). Connection errors are not
 # retried here: they come out of dockerd's own layer retries, which already took their time.
 _TRANSIENT_PUSH = re.compile(r"unexpected HTTP status: (?:%s)\b" % "|".join(map(str, RETRIED_STATUSES)))
-
-
-# --- credentials -----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str = field(repr=False)
-    source: str = "environment"
-
-    def auth_config(self, host: str) -> dict[str, str]:
-        """What the engine's push/pull take."""
-        return {"username": self.username, "password": self.password, "serveraddress": host}
-
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        """Strings that must never appear in output: the password and the encodings it travels in."""
-        pair = f"{self.username}:{self.password}".encode()
-        return tuple(s for s in (self.password, base64.b64encode(pair).decode(),
-                                 base64.urlsafe_b64encode(pair).decode()) if s)
-
-    def __repr__(self) -> str:
-        return f"Credentials(username={self.username!r}, password='***', source={self.source!r})"
-
-
-def load_credentials(host: str, environ: Mapping[str, str] | None = None,
-                     docker_config: Path | None = None) -> Credentials | None:
-    """Environment first (CI secrets), then the docker config's `auths` entry for `host`, else anonymous."""
-    environ = os.environ if environ is None else environ
-    user, password = environ.get(USER_ENV), environ.get(PASSWORD_ENV)
-    if user or password:
-        if not (user and password):
-            missing = PASSWORD_ENV if user else USER_ENV
-            raise ConfigError(f"{missing} is not set but its partner is", rule="registry-credentials",
-                              hint=f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
-        return Credentials(user, password, "environment")
-    path = docker_config or _docker_config_path(environ)
-    return _credentials_from_docker_config(path, host)
-
-
-def _docker_config_path(environ: Mapping[str, str]) -> Path:
-    directory = environ.get("DOCKER_CONFIG")
-    return Path(directory) / "config.json" if directory else Path.home() / ".docker" / "config.json"
-
-
-def _credentials_from_docker_config(path: Path, host: str) -> Credentials | None:
-    if not path.is_file():
-        return None
-    try:
-        auths = json.loads(path.read_text(encoding="utf-8")).get("auths") or {}
-    except (OSError, ValueError, AttributeError):
-        raise ConfigError("cannot read the docker config", location=Location(str(path)), rule="docker-config",
-                          hint="fix the JSON (`docker login` rewrites it)") from None
-    for key, entry in auths.items():
-        if _auth_key_host(key) != host or not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                user, sep, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                sep = ""
-            if not sep:
-                # Never echo the value: it is a secret even when malformed.
-                raise ConfigError(f"the auth entry for {host} is not base64 of USER:PASSWORD",
-                                  location=Location(str(path)), rule="docker-config",
-                                  hint=f"run `docker login {host}` again")
-            return Credentials(user, password, str(path))
-        if entry.get("username") and entry.get("password"):
-            return Credentials(entry["username"], entry["password"], str(path))
-    return None
-
-
-def _auth_key_host(key: str) -> str:
-    """`https://host:5000/v1/` -> `host:5000`, as docker login writes keys in several spellings."""
-    key = re.sub(r"^[a-z]+://", "", key)
-    return key.split("/", 1)[0]
-
-
-def redact(text: str, credentials: Credentials | None) -> str:
-    if credentials is None:
-        return text
-    for secret in credentials.secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-@contextlib.contextmanager
-def redacting(credentials: Credentials | None) -> Iterator[None]:
-    """Scrub secrets out of any error raised inside (engine and registry messages may quote requests)."""
-    try:
-        yield
-    except XlaImagesError as error:
-        error.message = redact(error.message, credentials)
-        error.hint = redact(error.hint, credentials) if error.hint else error.hint
-        error.args = (error.message,)
-        raise
-
-
-# --- the registry's HTTP API v2 --------------------------------------------------------------------------
-
-class RegistryDown(Exception):
-    """Connection refused, reset or timed out: worth retrying, then a Failure naming the registry."""
-
-
-@dataclass
-class RetryPolicy:
-    attempts: int = 5
-    first_wait: float = 0.5
-    max_wait: float = 8.0
-
-
-class RegistryClient:
-    """Just enough of the distribution API to verify pushes: manifests by tag or digest, tags, delete."""
-
-    def __init__(self, registry: Registry, credentials: Credentials | None = None, *,
-                 retry: RetryPolicy | None = None, timeout: float = 30.0,
-                 session: requests.Session | None = None) -> None:
-        self.registry = registry
-        self.credentials = credentials
-        self.retry = retry or RetryPolicy()
-        self.timeout = timeout
-        self.session = session or requests.Session()
-        self._bearer: dict[str, str] = {}
-
-    # public
-
-    def check_reachable(self) -> None:
-        """GET /v2/: answers 200 (or 401 asking for credentials) when a registry listens there."""
-        response = self._request("GET", "/v2/")
-        if response.status_code not in (200, 401):
-            raise Failure(f"{self.registry.host} answered {response.status_code} to /v2/: not a registry",
-                          rule="registry-reachable", hint=REGISTRY_START_HINT)
-
-    def manifest_digest(self, reference: str) -> str | None:
-        """The digest the registry serves for a tag or digest, or None when it has no such manifest."""
-        path = f"/v2/{self.registry.repository}/manifests/{reference}"
-        response = self._request("HEAD", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
-        if response.status_code == 404:
-            return None
-        self._raise_for(response, f"HEAD manifest {reference}")
-        digest = response.headers.get("Docker-Content-Digest")
-        if digest:
-            return digest
-        # Some registries omit the header on HEAD; the digest is the sha256 of the exact manifest bytes.
-        body = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
-        self._raise_for(body, f"GET manifest {reference}")
-        return "sha256:" + hashlib.sha256(body.content).hexdigest()
-
-    def manifest(self, reference: str) -> dict[str, Any]:
-        """The manifest document (layers with their compressed sizes); a Failure when there is none."""
-        path = f"/v2/{self.registry.repository}/manifests/{reference}"
-        response = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
-        if response.status_code == 404:
-            raise Failure(f"{self.registry.ref(reference)} has no manifest", rule="registry-manifest")
-        self._raise_for(response, f"GET manifest {reference}")
-        return dict(response.json())
-
-    def tags(self) -> list[str]:
-        response = self._request("GET", f"/v2/{self.registry.repository}/tags/list")
-        if response.status_code == 404:
-            return []
-        self._raise_for(response, "list tags")
-        return sorted(response.json().get("tags") or [])
-
-    def manifest_bytes(self, reference: str) -> tuple[bytes, str, str] | None:
-        """The exact manifest bytes, their media type and digest (promote copies these verbatim), or None."""
-        path = f"/v2/{self.registry.repository}/manifests/{reference}"
-        response = self._request("GET", path, headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
-        if response.status_code == 404:
-            return None
-        self._raise_for(response, f"GET manifest {reference}")
-        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        return response.content, media_type, "sha256:" + hashlib.sha256(response.content).hexdigest()
-
-    def request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
-                data: bytes | None = None, params: dict[str, str] | None = None,
-                stream: bool = False) -> requests.Response:
-        """Any API call with this client's retries and credentials; `path` may be an upload's Location URL."""
-        return self._request(method, path, headers, data=data, params=params, stream=stream)
-
-    def raise_for(self, response: requests.Response, what: str) -> None:
-        self._raise_for(response, what)
-
-    def delete_manifest(self, digest: str) -> bool:
-        """Delete a manifest (every tag naming it goes too). False when it was not there."""
-        response = self._request("DELETE", f"/v2/{self.registry.repository}/manifests/{digest}")
-        if response.status_code == 404:
-            return False
-        self._raise_for(response, f"DELETE manifest {digest}")
-        return True
-
-    # plumbing
-
-    def _request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
-                 data: bytes | None = None, params: dict[str, str] | None = None,
-                 stream: bool = False) -> requests.Response:
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retry.attempts),
-            wait=tenacity.wait_exponential(multiplier=self.retry.first_wait, max=self.retry.max_wait),
-            retry=tenacity.retry_if_exception_type(RegistryDown),
-            reraise=True,
-        )
-        try:
-            return retrying(self._send_authenticated, method, path, dict(headers or {}),
-                            {"data": data, "params": params, "stream": stream})
-        except RegistryDown as down:
-            raise Failure(f"registry {self.registry.host} does not answer ({down}) after "
-                          f"{self.retry.attempts} attempt(s)", rule="registry-reachable",
-                          hint=REGISTRY_START_HINT) from None
-
-    def _send_authenticated(self, method: str, path: str, headers: dict[str, str],
-                            body: dict[str, Any] | None = None) -> requests.Response:
-        scope = f"repository:{self.registry.repository}:pull,push,delete"
-        if scope in self._bearer:
-            headers["Authorization"] = f"Bearer {self._bearer[scope]}"
-        response = self._send(method, path, headers, self._basic(), body)
-        challenge = response.headers.get("WWW-Authenticate", "")
-        if response.status_code == 401 and challenge.lower().startswith("bearer") and scope not in self._bearer:
-            self._bearer[scope] = self._fetch_token(challenge, scope)
-            headers["Authorization"] = f"Bearer {self._bearer[scope]}"
-            response = self._send(method, path, headers, None, body)
-        return response
-
-    def _basic(self) -> tuple[str, str] | None:
-        return (self.credentials.username, self.credentials.password) if self.credentials else None
-
-    def _send(self, method: str, path: str, headers: dict[str, str],
-              auth: tuple[str, str] | None, body: dict[str, Any] | None = None) -> requests.Response:
-        # Upload sessions answer with an absolute Location URL; everything else is a path on this registry.
-        url = path if path.startswith(("http://", "https://")) else self.registry.base_url + path
-        extra = {key: value for key, value in (body or {}).items() if value is not None and value is not False}
-        try:
-            response = self.session.request(method, url, headers=headers, auth=auth,
-                                            timeout=self.timeout, allow_redirects=True, **extra)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise RegistryDown(_connection_reason(error)) from None
-        except requests.RequestException as error:
-            raise Failure(f"registry {self.registry.host}: {type(error).__name__}", rule="registry-request",
-                          hint=REGISTRY_START_HINT) from None
-        if response.status_code in RETRIED_STATUSES:
-            raise RegistryDown(f"HTTP {response.status_code}")
-        return response
-
-    def _fetch_token(self, challenge: str, scope: str) -> str:
-        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-        realm = params.pop("realm", None)
-        if not realm:
-            raise Failure(f"registry {self.registry.host} asks for a token without a realm",
-                          rule="registry-auth")
-        params["scope"] = scope
-        try:
-            response = self.session.get(realm, params=params, auth=self._basic(), timeout=self.timeout)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise RegistryDown(_connection_reason(error)) from None
-        if response.status_code != 200:
-            raise Failure(f"registry {self.registry.host} refused a token ({response.status_code})",
-                          rule="registry-auth", hint=f"check {USER_ENV}/{PASSWORD_ENV} or `docker login`")
-        body = response.json()
-        return str(body.get("token") or body.get("access_token") or "")
-
-    def _raise_for(self, response: requests.Response, what: str) -> None:
-        if response.status_code in (401, 403):
-            raise Failure(f"registry {self.registry.host} refused {what} ({response.status_code})",
-                          rule="registry-auth",
-                          hint=f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {self.registry.host}`")
-        if response.status_code >= 400:
-            raise Failure(f"registry {self.registry.host}: {what} failed with HTTP {response.status_code}",
-                          rule="registry-request")
-
-
-def _connection_reason(error: Exception) -> str:
-    """A short reason without the URL machinery (and so without anything a URL might carry)."""
-    text = str(error)
-    for reason in ("Connection refused", "Connection reset", "timed out", "Name or service not known",
-                   "No route to host", "Remote end closed connection"):
-        if reason.lower() in text.lower():
-            return reason.lower()
-    return type(error).__name__
 
 
 # --- push ------------------------------------------------------------------------------------------------
@@ -617,25 +325,22 @@ def merge_published_parts(parts: list[Path]) -> dict[str, Published]:
 
 
 def push_all(flavours: list[Target], registry: Registry, published_path: Path, *,
-             credentials: Credentials | None, retry: RetryPolicy | None = None,
+             retry: RetryPolicy | None = None,
              progress: Progress = lambda line: None,
              transfers: dict[str, Transfer] | None = None) -> list[Published]:
     """Push flavours one after another; each is recorded as soon as it is verified. Stops at the first failure.
 
     Every image is checked to be built from its flavour's current inputs before anything is pushed, so a
-    missing or stale image fails the run up front instead of half-way.
+    missing or stale image fails the run up front instead of half-way. The engine pushes with the very
+    credentials the client verifies with (run.registry.connect finds them).
     """
     for flavour in flavours:
         _built_labels(flavour, local_ref(flavour.tag))
         nightly_check.verify_image(flavour, local_ref(flavour.tag))  # a stale nightly is refused before any push
-    client = RegistryClient(registry, credentials, retry=retry)
+    client = registries.connect(registry, registries.WRITE, retry=retry)
     done = []
     for flavour in flavours:
-        entry = push_flavour(flavour, registry, client, credentials, progress, transfers)
+        entry = push_flavour(flavour, registry, client, client.credentials, progress, transfers)
         record_published(published_path, [entry])
         done.append(entry)
     return done
-
-
-def is_digest(text: str) -> bool:
-    return bool(_DIGEST.fullmatch(text))  # fullmatch: "sha256:...\n" is not a digest

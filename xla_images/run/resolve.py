@@ -16,7 +16,8 @@ from ..errors import Failure
 from ..model.flavour import facts_match
 from ..model.registry import Registry
 from ..model.target import Target
-from .publish import RegistryClient, read_published
+from .publish import read_published
+from .registry import RegistryClient
 
 FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator"}
 Warn = Callable[[str], None]
@@ -89,8 +90,8 @@ def verify(candidate: Candidate, client: RegistryClient, warn: Warn) -> Resolved
     try:
         present = client.manifest_digest(digest) is not None
     except Failure as error:
-        if error.rule != "registry-reachable":
-            raise
+        if error.rule not in ("registry-reachable", "registry-dns"):
+            raise  # a TLS or auth failure is a setup to fix, not a registry that is away
         warn(f"warning: could not re-verify {candidate.ref}: {error.message}")
         return Resolved(candidate.ref, candidate.tag, verified=False)
     if not present:

@@ -30,8 +30,9 @@ from typing import Any, Callable, Iterator
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
 from ..names import local_ref
-from . import engine
-from .publish import Credentials, Published, RegistryClient, load_credentials, redact, redacting
+from . import engine, registry as registries
+from .publish import Published
+from .registry import Credentials, load_credentials, redact, redacting
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
 INSTALL_HINT = "install cosign with `ci/engine.sh install` (cosign 2.5 from Debian 13)"
@@ -84,15 +85,22 @@ def cosign_binary() -> str:
 
 
 def _registry_flags(registry: Registry) -> list[str]:
-    # The same rule as the rest of the toolkit: plain http to loopback registries, https to every other one.
-    return ["--allow-http-registry=true"] if registry.base_url.startswith("http://") else []
+    """The engine's trust for this host, as cosign's flags: plain http where the engine speaks it, the
+    certs.d CA and client certificate otherwise (cosign reads SSL_CERT_FILE itself, not certs.d)."""
+    trust = registries.load_trust(registry.host)
+    if trust.scheme == "http":
+        return ["--allow-http-registry=true"]
+    flags = [f"--registry-cacert={trust.ca_files[0]}"] if trust.ca_files else []
+    if trust.client_cert is not None:
+        flags += [f"--registry-client-cert={trust.client_cert[0]}", f"--registry-client-key={trust.client_cert[1]}"]
+    return flags
 
 
 @contextlib.contextmanager
 def _cosign_env(registry: Registry, credentials: Credentials | None) -> Iterator[dict[str, str]]:
     """cosign's environment; credentials from our environment go into a private docker config for the run."""
     env = {key: value for key, value in os.environ.items()}
-    if credentials is None or credentials.source != "environment":
+    if credentials is None or not credentials.from_environment:
         yield env  # anonymous, or cosign reads the same docker config we found them in
         return
     with tempfile.TemporaryDirectory(prefix="xla-images-cosign-") as directory:
@@ -277,9 +285,9 @@ def sign_published(entries: list[Published], key: Key, *, sbom_for: Callable[[Pu
     done = []
     for entry in entries:
         registry, digest = _digest_ref(entry.ref)
-        credentials = load_credentials(registry.host)
+        client = registries.connect(registry)
+        credentials = client.credentials
         with redacting(credentials):
-            client = RegistryClient(registry, credentials)
             if client.manifest_digest(digest) is None:
                 raise Failure(f"{entry.ref} ({entry.tag}) is not in the registry", rule="sign-published",
                               hint=f"push it again: `build.py push {entry.tag}`")
@@ -297,9 +305,9 @@ def sign_published(entries: list[Published], key: Key, *, sbom_for: Callable[[Pu
 def pushed_image(entry: Published) -> str:
     """A local image that is exactly the pushed one (same config or manifest digest), to read an SBOM from."""
     registry, digest = _digest_ref(entry.ref)
-    credentials = load_credentials(registry.host)
-    with redacting(credentials):
-        manifest = RegistryClient(registry, credentials).manifest(digest)
+    client = registries.connect(registry)
+    with redacting(client.credentials):
+        manifest = client.manifest(digest)
     wanted = {digest, str((manifest.get("config") or {}).get("digest"))}
     for candidate in (entry.ref, local_ref(entry.tag)):
         attrs = engine.images.image_inspect(candidate)

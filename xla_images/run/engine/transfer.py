@@ -13,6 +13,7 @@ import requests
 import urllib3
 
 from ...errors import Failure
+from ...model.registry import Registry
 from . import connection, images
 
 
@@ -147,5 +148,8 @@ def _pull_once(ref: str, auth_config: dict | None, say: connection.LineSink, sta
 
 def _registry_hint(ref: str) -> str:
     host = ref.split("/", 1)[0]
-    return (f"is the registry {host} up? (`ci/registry.sh start` for the suite registry); "
-            "credentials come from XLA_IMAGES_REGISTRY_USER/_PASSWORD or `docker login`")
+    # The suite registry is a loopback one; a remote host gets no hint about a script it does not run.
+    where = ("`ci/registry.sh start` for the suite registry" if Registry(host, "_").base_url.startswith("http://")
+             else f"its CA belongs in /etc/docker/certs.d/{host}/ca.crt")
+    return (f"is the registry {host} up? ({where}); credentials come from XLA_IMAGES_REGISTRY_USER/_PASSWORD, "
+            "the docker config's credential helpers or `docker login`")

@@ -1,0 +1,345 @@
+"""Registries as users have them, for the engine suite: real docker-registry (distribution 2.8) processes on
+loopback under a DNS name that is not loopback-looking (an /etc/hosts line), so the engine and the toolkit take
+the https path, with:
+
+* TLS from a CA generated here with openssl (SAN = the name), the CA in `/etc/docker/certs.d/NAME:PORT/ca.crt`
+  where dockerd reads it per request (no restart);
+* `auth.htpasswd` (bcrypt), or `auth.token` whose realm is `TokenServer` (stdlib http.server issuing RS256 JWTs
+  with an x5c chain the registry checks against the `rootcertbundle` given to it: signature, issuer, service,
+  expiry and the granted scopes), or a client-certificate registry (`http.tls.clientcas`);
+* a credential helper `docker-credential-xlatest` (a shell script in a temp dir) for credsStore/credHelpers.
+
+Everything created here is removed by the fixtures' finalizers: processes by pid, the hosts line, certs.d dirs.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import requests
+
+HOSTS = Path("/etc/hosts")
+ENGINE_CERTS_D = Path("/etc/docker/certs.d")
+SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+HELPER_NAME = "xlatest"
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@dataclass
+class Pki:
+    """A CA, a server certificate for `name`, a client certificate, and a JWT signing certificate."""
+
+    directory: Path
+    name: str
+
+    def make(self) -> "Pki":
+        d = self.directory
+        d.mkdir(parents=True, exist_ok=True)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+                "-subj", "/CN=xla-images test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+        for leaf, usage, subject in (("server", "serverAuth", self.name), ("client", "clientAuth", "xla-client")):
+            (d / f"{leaf}.ext").write_text(f"subjectAltName=DNS:{self.name}\nextendedKeyUsage={usage}\n"
+                                           "basicConstraints=CA:FALSE\n")
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{leaf}.key", "-out", f"{leaf}.csr",
+                    "-subj", f"/CN={subject}", cwd=d)
+            openssl("x509", "-req", "-in", f"{leaf}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                    "-out", f"{leaf}.crt", "-days", "2", "-extfile", f"{leaf}.ext", cwd=d)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "token.key", "-out", "token.crt",
+                "-days", "2", "-subj", "/CN=xla-images test token issuer", cwd=d)
+        return self
+
+    @property
+    def ca(self) -> Path:
+        return self.directory / "ca.crt"
+
+    def token_cert_der_b64(self) -> str:
+        pem = (self.directory / "token.crt").read_text()
+        body = "".join(line for line in pem.splitlines() if "-----" not in line)
+        return body  # base64 of the DER, as x5c wants it (standard base64, not url-safe)
+
+
+# --- /etc/hosts and certs.d ----------------------------------------------------------------------------------
+
+def session_name() -> str:
+    """A registry name of this session: resolvable only through the hosts line added for it."""
+    return f"xla-reg-{uuid.uuid4().hex[:10]}.internal"
+
+
+def add_host(name: str) -> None:
+    _edit_hosts(lambda lines: lines + [f"127.0.0.1 {name}  # xla-images registries test"])
+
+
+def remove_host(name: str) -> None:
+    _edit_hosts(lambda lines: [line for line in lines if name not in line.split("#")[0].split()])
+
+
+def _edit_hosts(change) -> None:  # type: ignore[no-untyped-def]
+    # In place (the file may be a bind mount: no rename), under a lock against our own parallel edits.
+    with HOSTS.open("r+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        lines = handle.read().splitlines()
+        handle.seek(0)
+        handle.write("\n".join(change(lines)) + "\n")
+        handle.truncate()
+
+
+def place_engine_certs(host: str, pki: Pki, *, client: bool = False) -> Path:
+    directory = ENGINE_CERTS_D / host
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(pki.ca.read_bytes())
+    if client:
+        (directory / "client.cert").write_bytes((pki.directory / "client.crt").read_bytes())
+        (directory / "client.key").write_bytes((pki.directory / "client.key").read_bytes())
+    return directory
+
+
+def remove_engine_certs(directory: Path) -> None:
+    for child in directory.iterdir():
+        child.unlink()
+    directory.rmdir()
+    try:
+        ENGINE_CERTS_D.rmdir()  # only when no one else placed a directory there
+    except OSError:
+        pass
+
+
+# --- the token service ---------------------------------------------------------------------------------------
+
+SERVICE = "xla-test-registry"
+ISSUER = "xla-test-issuer"
+
+
+class TokenServer:
+    """The realm of a token-auth registry: checks basic credentials (or a refresh token), issues RS256 JWTs."""
+
+    def __init__(self, pki: Pki, users: dict[str, str], identity_tokens: set[str], lifetime: int = 300) -> None:
+        self.pki = pki
+        self.users = users
+        self.identity_tokens = identity_tokens
+        self.lifetime = lifetime
+        self.issued = 0
+        self.refused = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                query = parse_qs(urlsplit(self.path).query)
+                header = self.headers.get("Authorization", "")
+                user = None
+                if header.startswith("Basic "):
+                    name, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                    user = name if server.users.get(name) == password else None
+                    if user is None:
+                        return self._answer(401, {"details": "bad credentials"})
+                server._issue(self, query.get("scope", []), user)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                form = parse_qs(self.rfile.read(length).decode())
+                if form.get("grant_type") != ["refresh_token"] or \
+                        (form.get("refresh_token") or [""])[0] not in server.identity_tokens:
+                    return self._answer(401, {"details": "bad refresh token"})
+                scopes = " ".join(form.get("scope", [])).split()
+                server._issue(self, scopes, "token-user")
+
+            def _answer(self, status: int, document: dict) -> None:
+                data = json.dumps(document).encode()
+                if status != 200:
+                    server.refused += 1
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def realm(self) -> str:
+        return f"http://127.0.0.1:{self.port}/token"
+
+    def _issue(self, handler, scopes: list[str], user: str | None) -> None:  # type: ignore[no-untyped-def]
+        access = []
+        for scope in scopes:
+            kind, _, rest = scope.partition(":")
+            name, _, actions = rest.rpartition(":")
+            if kind == "repository" and user is not None:  # anonymous users get an empty grant
+                access.append({"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]})
+        now = int(time.time())
+        claims = {"iss": ISSUER, "sub": user or "", "aud": SERVICE, "exp": now + self.lifetime, "nbf": now - 10,
+                  "iat": now, "jti": uuid.uuid4().hex, "access": access}
+        token = self.jwt(claims)
+        self.issued += 1
+        handler._answer(200, {"token": token, "access_token": token, "expires_in": self.lifetime})
+
+    def jwt(self, claims: dict) -> str:
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [self.pki.token_cert_der_b64()]}
+        signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+        signature = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.pki.directory / "token.key")],
+                                   input=signing_input.encode(), capture_output=True, check=True, timeout=30).stdout
+        return f"{signing_input}.{_b64url(signature)}"
+
+    def start(self) -> "TokenServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+# --- registry processes --------------------------------------------------------------------------------------
+
+@dataclass
+class TlsRegistry:
+    """One `docker-registry serve` with TLS and an auth kind, on NAME:PORT."""
+
+    name: str
+    port: int
+    directory: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def host(self) -> str:
+        return f"{self.name}:{self.port}"
+
+    def start(self, pki: Pki, *, auth: str, htpasswd: Path | None = None, token: TokenServer | None = None,
+              client_cas: bool = False) -> "TlsRegistry":
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lines = ["version: 0.1", "log:", "  level: warn", "  accesslog:", "    disabled: true",
+                 "storage:", "  filesystem:", f"    rootdirectory: {self.directory / 'data'}",
+                 "  delete:", "    enabled: true",
+                 "http:", f"  addr: 127.0.0.1:{self.port}", "  tls:",
+                 f"    certificate: {pki.directory / 'server.crt'}", f"    key: {pki.directory / 'server.key'}"]
+        if client_cas:
+            lines += ["    clientcas:", f"      - {pki.ca}"]
+        lines.append("auth:")
+        if auth == "htpasswd":
+            lines += ["  htpasswd:", "    realm: xla-test", f"    path: {htpasswd}"]
+        else:
+            assert token is not None
+            lines += ["  token:", f"    realm: {token.realm}", f"    service: {SERVICE}", f"    issuer: {ISSUER}",
+                      f"    rootcertbundle: {pki.directory / 'token.crt'}"]
+        config = self.directory / "config.yml"
+        config.write_text("\n".join(lines) + "\n")
+        log = (self.directory / "registry.log").open("ab")
+        self.process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=log,
+                                        stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests.get(f"https://{self.host}/v2/", verify=str(pki.ca), timeout=2,
+                             cert=(str(pki.directory / "client.crt"), str(pki.directory / "client.key")))
+                return self
+            except requests.RequestException:
+                assert self.process.poll() is None, (self.directory / "registry.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the registry did not answer within 30 s"
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        path = self.directory / "registry.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def write_htpasswd(path: Path, users: dict[str, str]) -> Path:
+    """bcrypt entries, as distribution wants them, at cost 4 rather than 12: the registry checks the hash on every
+    request (~0.3 s each at 12, which made a push of 1 MB take 17 s instead of 2)."""
+    path.write_text("".join(f"{user}:{_bcrypt(password)}\n" for user, password in users.items()))
+    return path
+
+
+def _bcrypt(password: str) -> str:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt  # the stdlib's libxcrypt binding (gone in 3.13): bcrypt without a new dependency
+        return crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
+    except ImportError:  # apache2-utils' htpasswd, where the Python has no crypt module
+        result = subprocess.run(["htpasswd", "-nbBC", "4", "x", password], capture_output=True, text=True,
+                                check=True, timeout=30)
+        return result.stdout.strip().split(":", 1)[1]
+
+
+# --- docker configs and the credential helper ----------------------------------------------------------------
+
+def write_helper(bin_dir: Path, store: Path) -> Path:
+    """`docker-credential-xlatest`: `get` answers from `store` (JSON {host: {Username, Secret}}), as the real
+    helpers do: "credentials not found in native keychain" and exit 1 when it has none."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / f"docker-credential-{HELPER_NAME}"
+    script.write_text(f"""#!/usr/bin/env python3
+import json, sys
+if sys.argv[1:] != ["get"]:
+    sys.exit(2)
+host = sys.stdin.read().strip()
+entry = json.load(open({str(store)!r})).get(host)
+if entry is None:
+    print("credentials not found in native keychain")
+    sys.exit(1)
+print(json.dumps(entry))
+""")
+    script.chmod(0o700)
+    return script
+
+
+def docker_config(directory: Path, mode: str, host: str, user: str, password: str) -> Path:
+    """A DOCKER_CONFIG dir whose config gives `host` these credentials through `mode`: auths, credsStore or
+    credHelpers (the helper's store file sits beside it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    store = directory / "helper-store.json"
+    entries = json.loads(store.read_text()) if store.exists() else {}
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    if mode == "auths":
+        pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+        config.setdefault("auths", {})[host] = {"auth": pair}
+    else:
+        entries[host] = {"ServerURL": host, "Username": user, "Secret": password}
+        if mode == "credsStore":
+            config["credsStore"] = HELPER_NAME
+        else:
+            config.setdefault("credHelpers", {})[host] = HELPER_NAME
+    store.write_text(json.dumps(entries))
+    config_path.write_text(json.dumps(config))
+    return directory
+
+
+def iter_texts(root: Path) -> Iterator[tuple[Path, str]]:
+    for path in root.rglob("*"):
+        if path.is_file() and path.stat().st_size < (8 << 20):
+            yield path, path.read_text(errors="replace")
