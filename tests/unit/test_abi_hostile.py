@@ -7,6 +7,7 @@ header fields of the dynamic tables set to extreme values, truncations, byte fli
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import resource
@@ -23,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xla_images import abi
+from xla_images.abi import wheel as abi_wheel
+from xla_images.run import abi_images
 from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 
@@ -106,6 +109,12 @@ def field_offsets(data: bytes) -> list[tuple[int, int]]:
     return fields
 
 
+def fixed_bytes(size: int, label: str) -> bytes:
+    """size bytes that look random but are the same on every run (tests are deterministic)."""
+    blocks = (hashlib.sha256(f"{label}:{number}".encode()).digest() for number in range(size // 32 + 1))
+    return b"".join(blocks)[:size]
+
+
 def set_field(data: bytearray, offset: int, width: int, value: int) -> None:
     data[offset:offset + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
 
@@ -121,7 +130,7 @@ def corruptions(seed: bytes) -> dict[str, bytes]:
         "header only": seed[:64],
         "truncated before the section headers": seed[:shoff + 10],
         "truncated in half": seed[:len(seed) // 2],
-        "random bytes after the magic": b"\x7fELF" + os.urandom(4096),
+        "random bytes after the magic": b"\x7fELF" + fixed_bytes(4096, "after-magic"),
         "unknown ELF class": seed[:4] + b"\x09" + seed[5:],
         "unknown byte order": seed[:5] + b"\x07" + seed[6:],
     }
@@ -293,7 +302,7 @@ def test_truncated_wheel_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:
 
 
 def test_non_zip_wheel_is_a_usage_error(tmp_path: Path) -> None:
-    for content in (b"", b"<html>404 Not Found</html>", b"PK\x03\x04" + os.urandom(2000)):
+    for content in (b"", b"<html>404 Not Found</html>", b"PK\x03\x04" + fixed_bytes(2000, "zip")):
         wheel = tmp_path / WHEEL_NAME
         wheel.write_bytes(content)
         assert_usage_error(cli("inspect", str(wheel)), str(wheel), rule=abi.RULE_WHEEL)
@@ -304,7 +313,7 @@ def test_member_with_corrupt_data_names_the_member(seeds: Path, tmp_path: Path) 
     wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": library})
     data = bytearray(wheel.read_bytes())
     start = data.index(b"demo/_s.so") + len("demo/_s.so") + 200  # inside the deflated data of the member
-    data[start:start + 64] = os.urandom(64)
+    data[start:start + 64] = fixed_bytes(64, "member")
     wheel.write_bytes(bytes(data))
     assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", rule=abi.RULE_WHEEL)
 
@@ -338,7 +347,7 @@ def test_member_declaring_more_than_the_limit_is_refused(seeds: Path, tmp_path: 
     """The declared-size bound (4 GiB) without writing 4 GiB: the limit is lowered for the test."""
     wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": (seeds / "libstrings.so").read_bytes()},
                        compression=zipfile.ZIP_STORED)
-    monkeypatch.setattr(abi, "MAX_MEMBER_BYTES", 1000)
+    monkeypatch.setattr(abi_wheel, "MAX_MEMBER_BYTES", 1000)
     assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", "declares", rule=abi.RULE_WHEEL)
 
 
@@ -482,4 +491,4 @@ def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
 @pytest.mark.parametrize("target", ["xla-images/base:3.11", "localhost:5000/xla/img:r2.9.0_3.11_cpu", "ubuntu",
                                     "ghcr.io/org/img@sha256:" + "a" * 64, "a__b/c.d-e:T_1.2"])
 def test_valid_image_references_pass_the_syntax_check(target: str) -> None:
-    abi.check_image_reference(target)
+    abi_images.check_image_reference(target)
