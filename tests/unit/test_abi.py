@@ -594,6 +594,7 @@ def add_distribution(site: Path, name: str, version: str, files: list[str], requ
     ("torch==2.8.0", abi.VERSION_MISMATCH),
     ("torch (==2.8.0)", abi.VERSION_MISMATCH),  # the older metadata spelling (torchaudio 2.8)
     ("torch==2.9.0", abi.COMPATIBLE),
+    ("torch==2.9.1", abi.PIN_MISMATCH),  # another patch release of 2.9: loads (torchvision 0.22.1 beside 2.7.0)
     ("torch>=2.0", abi.COMPATIBLE),
     ('torch==2.8.0; extra == "legacy"', abi.COMPATIBLE),
     (None, abi.COMPATIBLE),
@@ -612,6 +613,9 @@ def test_extension_pinned_to_another_torch_is_a_version_mismatch_though_its_symb
         assert plugin.requires_torch == "2.8.0" and "requires torch==2.8.0" in report.summary
         assert "symbols resolve" in report.summary and "torch 2.9.0+cpu" in report.summary
         assert run_standalone("check", str(site)).returncode == 1
+    if expected == abi.PIN_MISMATCH:
+        assert "pin mismatch" in report.summary and "pip would refuse" in report.summary
+        assert run_standalone("check", str(site)).returncode == 0
 
 
 def test_no_torch_metadata_means_no_pin_verdict(built: Path, tmp_path: Path) -> None:
@@ -656,3 +660,74 @@ def test_operator_registration_is_reported_as_not_checkable(tmp_path: Path) -> N
     _, summary = abi.site_verdict([extension, pinned, xla], abi.CXX11, "2.9.0")
     assert "runtime operator compatibility not checkable: vision/_C.so register" in summary
     assert "audio/_C.so" not in summary and "_XLAC" not in summary
+
+
+# --- the loader model ---------------------------------------------------------------------------------------------
+
+
+def test_std_symbol_linked_against_torch_binds_to_libstdcxx_beside_a_torch_without_it(tmp_path: Path) -> None:
+    """Issue 20, class 2: an extension linked against a torch that exported a std::__cxx11 instantiation holds an
+    unversioned reference to it; beside a torch that does not export it, the loader binds it to libstdc++ and the
+    extension loads. check must not count it as a missing torch symbol (it did: its twin is in torch)."""
+    old = tmp_path / "build" / "libtorch.so"
+    old.parent.mkdir()
+    (tmp_path / "with.cpp").write_text("#include <sstream>\ntemplate class std::basic_ostringstream<char>;\n"
+                                       "int torch_marker() { return 1; }\n")
+    (tmp_path / "without.cpp").write_text("#include <sstream>\ntemplate class std::basic_ostringstream<char>;\n"
+                                          "int torch_marker() { return 1; }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=1", str(tmp_path / "with.cpp"), "-o",
+                    str(old)], check=True)
+    (tmp_path / "ext.cpp").write_text("#include <sstream>\nint torch_marker();\n"
+                                      "extern \"C\" int entry() { std::ostringstream out; out << torch_marker();"
+                                      " return out.str() == \"1\" ? 0 : 1; }\n")
+    site = tmp_path / "site"
+    (site / "torch" / "lib").mkdir(parents=True)
+    extension = site / "demo" / "_ext.so"
+    extension.parent.mkdir()
+    subprocess.run(["g++", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=1", str(tmp_path / "ext.cpp"), "-o",
+                    str(extension), "-L", str(old.parent), "-ltorch", "-Wl,-rpath,$ORIGIN/../torch/lib"], check=True)
+    unversioned = [symbol for symbol in abi.read_elf_file(extension).undefined
+                   if "basic_ostringstream" in symbol.name and symbol.name.startswith("_ZNSt7__cxx11")]
+    assert unversioned and all(symbol.version is None for symbol in unversioned), "the shape of issue 20"
+    # torch here exports the old-ABI instantiation only: the twin the old check took for a mismatch.
+    subprocess.run(["g++", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=0", str(tmp_path / "without.cpp"), "-o",
+                    str(site / "torch" / "lib" / "libtorch.so")], check=True)
+    report = abi.check_site_packages(site)
+    (checked,) = report.extensions
+    assert checked.verdict == abi.COMPATIBLE, checked
+    assert any(name.endswith("libstdc++.so.6") for name, _ in checked.providers), checked.providers
+    assert load_error(extension) is None
+
+
+def test_every_undefined_symbol_is_judged_and_its_provider_named(built: Path, tmp_path: Path) -> None:
+    """Not only torch::/c10::/at:: names: a plain C symbol no library of the load order defines is missing."""
+    site = make_site(tmp_path / "site", built, torch_cxx11=True, extension_cxx11=True).path
+    (tmp_path / "c.cpp").write_text("extern \"C\" int thp_removed(void);\n"
+                                    "extern \"C\" int entry() { return thp_removed(); }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "c.cpp"), "-o", str(site / "_c_ext.so"), "-L",
+                    str(site / "torch" / "lib"), "-Wl,--no-as-needed", "-ltorch", "-Wl,-rpath,$ORIGIN/torch/lib"],
+                   check=True)
+    report = abi.check_site_packages(site)
+    (checked,) = [item for item in report.extensions if item.path == "_c_ext.so"]
+    assert checked.verdict == abi.VERSION_MISMATCH and [item.symbol for item in checked.missing] == ["thp_removed"]
+    assert "undefined symbol: thp_removed" in (load_error(site / "_c_ext.so") or "")
+    (xlac,) = [item for item in report.extensions if item.path == EXTENSION]
+    assert dict(xlac.providers).get("torch/lib/libtorch.so", 0) == xlac.torch_symbols > 0
+
+
+def test_headers_an_extension_was_compiled_against_are_read_from_its_assertion_sites(tmp_path: Path) -> None:
+    """The `"header":line` strings TORCH_INTERNAL_ASSERT leaves in a binary, checked against torch/include."""
+    from xla_images.abi.headers import OTHER, SAME, header_evidence
+
+    include = tmp_path / "torch" / "include" / "c10" / "util"
+    include.mkdir(parents=True)
+    (include / "thing.h").write_text("// one\n  TORCH_INTERNAL_ASSERT(x);\n  int y;\n")
+    message = b'INTERNAL ASSERT FAILED at "/venv/torch/include/c10/util/thing.h":%d, please report a bug to PyTorch.'
+    same, other = tmp_path / "same.so", tmp_path / "other.so"
+    same.write_bytes(b"\x7fELF" + b"\0" * 64 + message % 2 + b"\0")
+    other.write_bytes(b"\x7fELF" + b"\0" * 64 + message % 3 + b"\0" + message % 2)
+    assert header_evidence(same, tmp_path / "torch" / "include").verdict == SAME
+    evidence = header_evidence(other, tmp_path / "torch" / "include")
+    assert evidence.verdict == OTHER and evidence.differing == ("c10/util/thing.h:3",) and evidence.sites == 2
+    assert header_evidence(same, tmp_path / "nowhere") is None  # a torch without headers: nothing can be said
+    assert header_evidence(tmp_path / "torch" / "include" / "c10" / "util" / "thing.h", tmp_path) is None

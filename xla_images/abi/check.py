@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .elf import ElfDynamic
+from .headers import OTHER, header_evidence
 from .files import missing_path_error, walk_shared_objects
 from .inspection import classify_dynamic, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
@@ -22,8 +23,8 @@ from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, config
 from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_key, demangle, is_torch_entity, \
     symbol_abi
 from .metadata import Distribution, distributions_of, installed_torch_version
-from .verdict import CheckReport, ExtensionCheck, MissingSymbol, extension_verdict, site_verdict
-from .words import ABI_MISMATCH, CUDA_STUB_PREFIX, FROM_CUDA_STUB, VERSION_MISMATCH, usage_error
+from .verdict import CheckReport, ExtensionCheck, MissingSymbol, built_with, extension_verdict, site_verdict
+from .words import ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, FROM_CUDA_STUB, VERSION_MISMATCH, usage_error
 
 
 def host_system() -> SystemLibraries:
@@ -89,7 +90,8 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
         scope_ok = scope.complete and system.known
         uses_stub = stub if stub is not None and _loads_after_cuda_stub(relative) else None
         checked = _check_extension(relative, library, scope, scope_ok, torch_keys, twins, uses_stub)
-        extensions.append(_with_distribution(checked, owners.get(relative), torch_version))
+        checked = _with_distribution(checked, owners.get(relative), torch_version)
+        extensions.append(_with_headers(checked, library, site / "torch" / "include", torch_version))
     torch_abi = package_abi(classify_dynamic(library.symbols(), library.display) for library in torch)
     extensions = _demangle_missing(extensions)
     verdict, summary = site_verdict(extensions, torch_abi, torch_version)
@@ -233,6 +235,23 @@ def _with_distribution(extension: ExtensionCheck, owner: Distribution | None,
         return extension
     verdict = extension_verdict(extension.missing, owner.requires_torch, torch_version)
     return replace(extension, verdict=verdict, distribution=str(owner), requires_torch=owner.requires_torch)
+
+
+def _with_headers(extension: ExtensionCheck, library: Library, include: Path,
+                  torch_version: str | None) -> ExtensionCheck:
+    """For an extension neither pinned nor built together with this torch: the headers it was compiled against.
+    One that registers operators against another torch's headers is a version mismatch (a custom extension
+    compiled against torch 2.8 aborts while registering its operators beside 2.9); for others it is reported."""
+    if extension.requires_torch is not None or built_with(extension, torch_version):
+        return extension
+    evidence = header_evidence(library.path, include)
+    if evidence is None:
+        return extension
+    verdict = extension.verdict
+    if verdict == COMPATIBLE and extension.registers_operators and evidence.verdict == OTHER:
+        verdict = VERSION_MISMATCH
+    return replace(extension, verdict=verdict, headers=evidence.verdict, header_sites=evidence.sites,
+                   header_differences=evidence.differing)
 
 
 def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:

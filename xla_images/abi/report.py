@@ -35,6 +35,10 @@ def format_check(report: CheckReport, limit: int = 20) -> str:
             lines.append(f"    ... and {len(extension.missing) - limit} more (--json lists all)")
         for item in extension.from_cuda_stub[:limit]:
             lines.append(f"    from {CUDA_STUB_PREFIX} (no GPU only) {item.demangled}")
+        if extension.headers:
+            lines.append(f"    compiled against {extension.headers} ({extension.header_sites} assertion sites"
+                         + (f"; not in this torch: {', '.join(extension.header_differences)}"
+                            if extension.header_differences else "") + ")")
         for name in extension.libraries_not_found[:limit]:
             lines.append(f"    library not found: {name}")
     lines.append(report.summary)

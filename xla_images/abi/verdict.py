@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from .headers import OTHER, SAME
 from .metadata import same_minor, same_release
 from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, PIN_MISMATCH, VERSION_MISMATCH, some)
 
@@ -53,6 +54,15 @@ class ExtensionCheck:
     providers: tuple[tuple[str, int], ...] = ()  # (library, symbols it provides), in load order
     unjudged: int = 0  # symbols found nowhere that the check cannot blame (the load order is incomplete)
     libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X)")
+    headers: str | None = None  # headers.SAME / headers.OTHER: the torch headers it was compiled against, if known
+    header_sites: int = 0  # assertion sites of torch headers found in the binary
+    header_differences: tuple[str, ...] = ()  # sites this torch's headers do not hold ("ATen/core/ivalue.h:1352")
+
+    @property
+    def other_headers(self) -> bool:
+        """Resolves, registers operators, pins nothing, and was compiled against another torch's headers."""
+        return self.verdict == VERSION_MISMATCH and not self.missing and self.requires_torch is None \
+            and self.headers == OTHER
 
     @property
     def pinned_elsewhere(self) -> bool:
@@ -63,7 +73,8 @@ class ExtensionCheck:
     def to_json(self) -> dict:
         return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
                 "symbols": self.symbols, "providers": dict(self.providers), "unjudged": self.unjudged,
-                "libraries_not_found": list(self.libraries_not_found),
+                "libraries_not_found": list(self.libraries_not_found), "headers": self.headers,
+                "header_sites": self.header_sites, "header_differences": list(self.header_differences),
                 "missing": [symbol.to_json() for symbol in self.missing],
                 "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub],
                 "distribution": self.distribution, "requires_torch": self.requires_torch,
@@ -130,7 +141,13 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
                          f"({torch_abi} ABI) exports only with the other ABI's mangling")
         return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
     this = f"torch {torch_version}" if torch_version else "this torch"
-    lines = [_version_line(extension, this) for extension in broken if not extension.pinned_elsewhere]
+    lines = [_version_line(extension, this) for extension in broken
+             if not (extension.pinned_elsewhere or extension.other_headers)]
+    lines.extend(f"{extension.path} resolves every symbol but registers torch operators and was compiled against "
+                 f"another torch release's headers ({len(extension.header_differences)}+ of its "
+                 f"{extension.header_sites} assertion sites are not in {this}'s headers: "
+                 f"{some(list(extension.header_differences), 2)}); operator registration then fails or crashes"
+                 for extension in broken if extension.other_headers)
     pinned: dict[tuple[str, str], list[str]] = {}
     for extension in broken:
         if extension.pinned_elsewhere:
@@ -183,7 +200,8 @@ def _operators_remark(extensions: Sequence[ExtensionCheck], torch_version: str |
     """Symbols resolving does not prove operator registration works: say so for extensions not pinned to this
     torch release by their metadata."""
     unchecked = [extension.path for extension in extensions
-                 if extension.registers_operators and not built_with(extension, torch_version)]
+                 if extension.registers_operators and not built_with(extension, torch_version)
+                 and extension.headers != SAME]
     if not unchecked:
         return ""
     return (f"; symbols resolve, runtime operator compatibility not checkable: {some(unchecked)} register torch "
