@@ -89,9 +89,13 @@ class Mix:
 
 
 
+# torch 2.6 pins triton 3.2.0 (the host venv has torch 2.9's 3.5): torch_xla 2.6's import reaches triton.
+TRITON = {"2.6.0": "triton==3.2.0"}
+
+
 def _xla(torch: str, xla: str, why: str, ci: bool = False) -> Mix:
     replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "",
-                                      f"torch_xla=={xla}" if xla != "2.9.0" else "") if item)
+                                      f"torch_xla=={xla}" if xla != "2.9.0" else "", TRITON.get(torch, "")) if item)
     return Mix(f"torch {torch} + torch_xla {xla}", replace, ("torch_xla",), why, ci=ci)
 
 

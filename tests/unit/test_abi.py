@@ -729,5 +729,6 @@ def test_headers_an_extension_was_compiled_against_are_read_from_its_assertion_s
     assert header_evidence(same, tmp_path / "torch" / "include").verdict == SAME
     evidence = header_evidence(other, tmp_path / "torch" / "include")
     assert evidence.verdict == OTHER and evidence.differing == ("c10/util/thing.h:3",) and evidence.sites == 2
+    assert evidence.registration_differing == 0  # thing.h shapes no operator registration
     assert header_evidence(same, tmp_path / "nowhere") is None  # a torch without headers: nothing can be said
     assert header_evidence(tmp_path / "torch" / "include" / "c10" / "util" / "thing.h", tmp_path) is None

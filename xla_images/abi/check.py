@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .elf import ElfDynamic
-from .headers import OTHER, header_evidence
+from .headers import header_evidence
 from .files import missing_path_error, walk_shared_objects
 from .inspection import classify_dynamic, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
@@ -240,15 +240,16 @@ def _with_distribution(extension: ExtensionCheck, owner: Distribution | None,
 def _with_headers(extension: ExtensionCheck, library: Library, include: Path,
                   torch_version: str | None) -> ExtensionCheck:
     """For an extension neither pinned nor built together with this torch: the headers it was compiled against.
-    One that registers operators against another torch's headers is a version mismatch (a custom extension
-    compiled against torch 2.8 aborts while registering its operators beside 2.9); for others it is reported."""
+    One that registers operators and whose registration headers differ from this torch's is a version mismatch (a
+    custom extension compiled against torch 2.8 aborts while registering its operators beside 2.9); other
+    differences are reported (compiled against 2.7, beside 2.8, it works: only c10/util/ArrayRef.h moved)."""
     if extension.requires_torch is not None or built_with(extension, torch_version):
         return extension
     evidence = header_evidence(library.path, include)
     if evidence is None:
         return extension
     verdict = extension.verdict
-    if verdict == COMPATIBLE and extension.registers_operators and evidence.verdict == OTHER:
+    if verdict == COMPATIBLE and extension.registers_operators and evidence.registration_differing:
         verdict = VERSION_MISMATCH
     return replace(extension, verdict=verdict, headers=evidence.verdict, header_sites=evidence.sites,
                    header_differences=evidence.differing)

@@ -22,6 +22,13 @@ _HEADER_ROOT = re.compile(r"(?:^|/)(?:torch/include/|aten/src/)?((?:ATen|c10|tor
 # An assertion macro on the line (TORCH_INTERNAL_ASSERT, its _DEBUG_ONLY form, AT_ASSERT...): what __LINE__ pointed
 # at when the extension was compiled.
 _ASSERTION_MACRO = re.compile(r"\b[A-Z][A-Z0-9_]*ASSERT[A-Z0-9_]*\b")
+# Headers whose inline code builds what an extension hands torch when it registers operators: boxed kernels,
+# IValues, schemas, the dispatcher. Measured with operators.cpp (benchmarks/abi_mixes.py): compiled against torch
+# 2.8 and imported beside 2.9 (or the reverse) it aborts with std::bad_alloc while registering, and 5 of its 16
+# assertion sites differ, in ivalue.h, KernelFunction_impl.h and SymInt.h; compiled against 2.7 beside 2.8 (or the
+# reverse) it works, and only c10/util/ArrayRef.h:62 differs.
+REGISTRATION_HEADERS = ("ATen/core/boxing/", "ATen/core/ivalue", "ATen/core/function_schema", "ATen/core/dispatch/",
+                        "ATen/core/op_registration/", "ATen/core/jit_type", "c10/core/SymInt", "torch/library.h")
 MAX_SITES = 2000
 MAX_SCANNED_BYTES = 1 << 30
 SAME, OTHER = "this torch's headers", "another torch's headers"
@@ -33,7 +40,8 @@ class HeaderEvidence:
 
     sites: int
     matching: int
-    differing: tuple[str, ...]  # "ATen/core/ivalue.h:1352", up to a few
+    differing: tuple[str, ...]  # "ATen/core/ivalue.h:1352", up to a few, those of REGISTRATION_HEADERS first
+    registration_differing: int = 0  # differing sites in REGISTRATION_HEADERS
 
     @property
     def verdict(self) -> str:
@@ -59,7 +67,9 @@ def header_evidence(binary: Path, include: Path) -> HeaderEvidence | None:
             matching += 1
         else:
             differing.append(f"{header}:{line}")
-    return HeaderEvidence(len(sites), matching, tuple(differing[:5]))
+    registration = [site for site in differing if site.startswith(REGISTRATION_HEADERS)]
+    shown = registration + [site for site in differing if site not in registration]
+    return HeaderEvidence(len(sites), matching, tuple(shown[:5]), len(registration))
 
 
 def _assertion_sites(binary: Path) -> set[tuple[str, int]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .headers import OTHER, SAME
+from .headers import OTHER
 from .metadata import same_minor, same_release
 from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, PIN_MISMATCH, VERSION_MISMATCH, some)
 
@@ -60,7 +60,8 @@ class ExtensionCheck:
 
     @property
     def other_headers(self) -> bool:
-        """Resolves, registers operators, pins nothing, and was compiled against another torch's headers."""
+        """Resolves, registers operators, pins nothing, and was compiled against another torch's registration
+        headers (see headers.REGISTRATION_HEADERS)."""
         return self.verdict == VERSION_MISMATCH and not self.missing and self.requires_torch is None \
             and self.headers == OTHER
 
@@ -144,9 +145,9 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     lines = [_version_line(extension, this) for extension in broken
              if not (extension.pinned_elsewhere or extension.other_headers)]
     lines.extend(f"{extension.path} resolves every symbol but registers torch operators and was compiled against "
-                 f"another torch release's headers ({len(extension.header_differences)}+ of its "
-                 f"{extension.header_sites} assertion sites are not in {this}'s headers: "
-                 f"{some(list(extension.header_differences), 2)}); operator registration then fails or crashes"
+                 f"another torch release's headers (assertion sites of its {extension.header_sites} are not in "
+                 f"{this}'s boxing/IValue/schema headers: {some(list(extension.header_differences), 2)}); "
+                 f"registering its operators then aborts or crashes"
                  for extension in broken if extension.other_headers)
     pinned: dict[tuple[str, str], list[str]] = {}
     for extension in broken:
@@ -201,11 +202,17 @@ def _operators_remark(extensions: Sequence[ExtensionCheck], torch_version: str |
     torch release by their metadata."""
     unchecked = [extension.path for extension in extensions
                  if extension.registers_operators and not built_with(extension, torch_version)
-                 and extension.headers != SAME]
-    if not unchecked:
-        return ""
-    return (f"; symbols resolve, runtime operator compatibility not checkable: {some(unchecked)} register torch "
-            f"operators and pin no torch release in their metadata")
+                 and extension.headers is None]
+    nearly = [f"{extension.path} ({some(list(extension.header_differences), 2)})" for extension in extensions
+              if extension.registers_operators and extension.headers == OTHER and extension.verdict in LOADS]
+    text = ""
+    if unchecked:
+        text += (f"; symbols resolve, runtime operator compatibility not checkable: {some(unchecked)} register "
+                 f"torch operators and pin no torch release in their metadata")
+    if nearly:
+        text += (f"; {some(nearly)} register operators and were compiled against other torch headers, which differ "
+                 f"from this torch's outside those that shape operator registration")
+    return text
 
 
 def _cuda_stub_remark(extensions: Sequence[ExtensionCheck]) -> str:
