@@ -39,8 +39,12 @@ WHEELS = Path(os.environ.get("XLA_IMAGES_TEST_WHEELS", Path.home() / ".cache" / 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux1_x86_64")  # torch 2.6.0 is tagged manylinux1
 RUN_TIMEOUT = 600
 
-HARNESS = "xla_images_harness"
-OPERATORS_SOURCE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "abi" / "ground_truth" / "operators.cpp"
+HARNESS = "xla_images_harness"  # the custom operator extension's directory in the view, and its probe
+STREAMS = "xla_images_streams"  # the extension using std::ostringstream, THPDtypeType and c10d:: (class 2)
+GROUND_TRUTH = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "abi" / "ground_truth"
+# What each compiled extension is built from: (source, defines, libraries), its C++ ABI follows its torch's.
+BUILT = {HARNESS: ("operators.cpp", (), ("c10", "torch", "torch_cpu")),
+         STREAMS: ("thp_c10d.cpp", ("STREAM",), ("c10", "torch_cpu", "torch_python"))}
 
 # What each probe prints last when everything it called worked.
 PROBE_OK = "PROBE-OK"
@@ -67,12 +71,13 @@ PROBES: dict[str, str] = {
                    "torch.ops.torchaudio._lfilter_core_loop(windows.clone(), a, out)\n"
                    "_lfilter_core_generic_loop(windows.clone(), a, expected)\n"
                    "assert torch.allclose(out, expected), (out, expected)\n"),
-    HARNESS: ("import ctypes, os, importlib.util, torch\n"
+    **{name: ("import ctypes, os, importlib.util, torch\n"
               f"path = os.path.join(os.path.dirname(importlib.util.find_spec('torch').submodule_search_locations[0]),"
-              f" '{HARNESS}', '_ext.so')\n"
+              f" '{name}', '_ext.so')\n"
               "library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
               "assert library.harness_entry() == 0\n"
-              "assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n"),
+              + ("assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n"
+                 if name == HARNESS else "")) for name in (HARNESS, STREAMS)},
 }
 
 
@@ -85,7 +90,7 @@ class Mix:
     probes: tuple[str, ...]
     why: str
     ci: bool = False  # in tests/xla's CI subset (small downloads only)
-    headers: str | None = None  # compile the operator extension against this torch release's headers
+    headers: str | None = None  # compile the extension (the probe: HARNESS or STREAMS) against this torch release
 
 
 
@@ -104,12 +109,12 @@ def _extension(torch: str, package: str, version: str, built_for: str, why: str,
     return Mix(f"torch {torch} + {package} {version} (for torch {built_for})", replace, (package,), why, ci=ci)
 
 
-def _operators(torch: str, headers: str, why: str) -> Mix:
-    """A custom extension registering an operator (tests/fixtures/abi/ground_truth/operators.cpp), compiled here
-    against torch `headers`' include tree and libraries, imported beside torch `torch`."""
-    replace = (f"torch=={torch}",) if torch != "2.9.0" else ()
-    return Mix(f"torch {torch} + custom operator extension (compiled against torch {headers})", replace,
-               (HARNESS,), why, headers=headers)
+def _operators(torch: str, headers: str, why: str, kind: str = HARNESS) -> Mix:
+    """A custom extension (BUILT[kind]: registering an operator, or using std::ostringstream) compiled here against
+    torch `headers`' include tree and libraries, imported beside torch `torch`."""
+    replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "", TRITON.get(torch, "")) if item)
+    what = "custom operator extension" if kind == HARNESS else "custom extension with std::ostringstream"
+    return Mix(f"torch {torch} + {what} (compiled against torch {headers})", replace, (kind,), why, headers=headers)
 
 
 OLDER, NEWER, CONTROL = ("extension built for the previous torch", "extension built for the next torch",
@@ -155,6 +160,11 @@ MIXES: tuple[Mix, ...] = (
     _operators("2.8.0", "2.7.0", "operators compiled against the previous torch's headers"),
     _operators("2.7.0", "2.8.0", "operators compiled against the next torch's headers"),
     _operators("2.8.0", "2.8.0", "control: operators compiled against this torch's headers"),
+    # class 2 of issue 20: C++11, linked against torch 2.7's libc10 (which exports std::__cxx11::basic_ostringstream),
+    # beside the pre-C++11 torch 2.6 whose libc10 does not: the loader binds it to libstdc++
+    _operators("2.6.0", "2.7.0", "C++11 std::ostringstream beside a pre-C++11 torch", STREAMS),
+    _operators("2.7.0", "2.6.0", "pre-C++11 std::ostringstream beside a C++11 torch", STREAMS),
+    _operators("2.7.0", "2.7.0", "control: compiled against this torch", STREAMS),
 )
 
 
@@ -272,24 +282,28 @@ def _probed(path: str, packages: tuple[str, ...]) -> bool:
                for package in packages)
 
 
-def compile_operators(headers_site: Path, target: Path) -> None:
-    """operators.cpp compiled against the torch in headers_site (C++11 ABI, as torch 2.7+ is), into target."""
+def compile_extension(kind: str, headers_site: Path, target: Path) -> None:
+    """BUILT[kind] compiled against the torch in headers_site, with that torch's ABI (torch 2.6: pre-C++11)."""
+    source, defines, libraries = BUILT[kind]
     torch = headers_site / "torch"
     target.mkdir(parents=True)
     include = torch / "include"
-    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=1", f"-I{include}",
-               f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(OPERATORS_SOURCE), "-o",
-               str(target / "_ext.so"), f"-L{torch / 'lib'}", "-lc10", "-ltorch", "-ltorch_cpu"]
+    version = next(headers_site.glob("torch-*.dist-info")).name[len("torch-"):]
+    flag = 0 if version.startswith("2.6.") else 1
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={flag}",
+               *(f"-D{define}" for define in defines), f"-I{include}",
+               f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(GROUND_TRUTH / source), "-o",
+               str(target / "_ext.so"), f"-L{torch / 'lib'}", *(f"-l{library}" for library in libraries)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900)
     if completed.returncode != 0:
-        raise RuntimeError(f"cannot compile the operator extension: {completed.stderr[-800:]}")
+        raise RuntimeError(f"cannot compile {source}: {completed.stderr[-800:]}")
 
 
 def run_mix(mix: Mix, scratch: Path) -> Outcome:
     view = site_view(scratch / "site", host_site(), [overlay(requirement) for requirement in mix.replace])
     if mix.headers is not None:
         headers_site = host_site() if mix.headers == "2.9.0" else overlay(f"torch=={mix.headers}")
-        compile_operators(headers_site, view / HARNESS)
+        compile_extension(mix.probes[0], headers_site, view / mix.probes[0])
     started = time.perf_counter()
     report = abi.check_site_packages(view)
     seconds_check = time.perf_counter() - started
