@@ -134,18 +134,23 @@ def no_leaked_containers(session_id: str) -> Iterator[Callable[[], None]]:
 # --- tiny wheels and throw-away projects ------------------------------------------------------------------
 
 def make_wheel(directory: Path, name: str, version: str, *, marker: str = "", payload: bytes = b"",
-               module_version: str | None = None) -> Path:
+               module_version: str | None = None, requires: tuple[str, ...] = (),
+               files: dict[str, bytes] | None = None) -> Path:
     """A real, installable py3-none-any wheel: package, dist-info (METADATA, WHEEL, RECORD with hashes).
 
     `module_version` makes the package's `__version__` differ from the distribution's (a stale build in a
-    freshly named wheel, as upstream once shipped in a nightly).
+    freshly named wheel, as upstream once shipped in a nightly). `requires`: its Requires-Dist lines; `files`:
+    more files (path in the wheel -> bytes).
     """
     dist_info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     files = {
         f"{name}/__init__.py": f"__version__ = {module_version or version!r}\nMARKER = {marker!r}\n".encode(),
         # A top-level module too (its .pyc lands in site-packages/__pycache__, which every wheel shares).
         f"{name}_top.py": f"NAME = {name!r}\n".encode(),
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        **(files or {}),
+        f"{dist_info}/METADATA": metadata.encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: xla-images-tests\nRoot-Is-Purelib: true\n"
                               b"Tag: py3-none-any\n",
     }

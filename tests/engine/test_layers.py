@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from xla_images import names
+from xla_images.model import lockfile
 from xla_images.model.registry import Registry
-from xla_images.run import build, engine, publish
+from xla_images.run import build, engine, publish, wheels
 from xla_images.run.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
@@ -174,3 +175,90 @@ def _scan(chunks, needles: list[bytes]) -> dict[bytes, bool]:
             found[needle] = found[needle] or needle in window
         tail = window[-overlap:]
     return found
+
+
+# Prints one JSON line per entry of the venv (and of what it links into PURE_DIR): path, kind, mode, content.
+# A relocated entry (site-packages/x -> /opt/xla-images/any/x) is followed, so a layered image and a plain
+# install describe the same tree; the image's own additions (layer manifests, the smoke suite) are left out.
+MANIFEST = r"""
+import hashlib, json, os, stat, sys
+venv, pure, skip = "/opt/venv", "/opt/xla-images/any", ("xla-images-layers", "xla_smoke")
+def entry(shown, real):
+    info = os.lstat(real)
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(real)
+        if os.path.realpath(real).startswith(pure + "/"):
+            return entry(shown, os.path.realpath(real))
+        return print(json.dumps([shown, "symlink", target]))
+    if stat.S_ISDIR(info.st_mode):
+        return walk(shown, real)
+    with open(real, "rb") as handle:
+        data = handle.read()
+    if shown == venv + "/pyvenv.cfg":  # its `command` line records how the venv was made (with or without pip)
+        data = b"".join(line for line in data.splitlines(True) if not line.startswith(b"command"))
+    digest = hashlib.sha256(data).hexdigest()
+    print(json.dumps([shown, "file", oct(stat.S_IMODE(info.st_mode)), digest]))
+def walk(shown, real):
+    print(json.dumps([shown, "directory", oct(stat.S_IMODE(os.lstat(real).st_mode))]))
+    for name in sorted(os.listdir(real)):
+        if name not in skip:
+            entry(shown + "/" + name, real + "/" + name)
+walk(venv, venv)
+"""
+
+
+def _manifest(output: str) -> dict[str, list]:
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("[")]
+    return {line[0]: line[1:] for line in lines}
+
+
+def test_layers_apply_cleanly_and_equal_a_plain_install_of_the_lock(make_project, wheel_maker, test_base: str,
+                                                                    no_leaked_containers) -> None:
+    """A lock that replaces what the venv's bootstrap installed (setuptools, upgraded: a directory of the old one
+    is a file in the new one, a .pth file, a script in bin/), the shape that stopped 2.7.0 and 2.8.1 building:
+    every layer applies, and the image's venv is file for file, mode for mode, a plain `pip install` of the lock
+    into the same base."""
+    release = "8.94.0"
+    project = make_project(release)
+    wheelhouse = project.root / "wheelhouse"
+    wheel_maker(wheelhouse, "torch", release, requires=("setuptools>=99",))
+    wheel_maker(wheelhouse, "setuptools", "999.0", files={
+        "_distutils_hack/__init__.py": b"# the upgraded setuptools\n",
+        "pkg_resources": b"a file where setuptools 66 has a directory\n",
+        "distutils-precedence.pth": b"# a .pth file (a comment: nothing to run)\n",
+        "setuptools-999.0.data/scripts/easy-tool": b"#!python\nprint('tool')\n",
+    })
+    plan = project.plan()
+    flavour = project.flavour(release)
+    entries = [lockfile.LockEntry(name, version, wheels.file_sha256(wheelhouse / filename), filename, local=True)
+               for name, version, filename in [
+                   ("setuptools", "999.0", "setuptools-999.0-py3-none-any.whl"),
+                   ("torch", release, f"torch-{release}-py3-none-any.whl"),
+                   ("torch-xla", release, f"torch_xla-{release}-py3-none-any.whl")]]
+    inputs = lockfile.lock_inputs(flavour, lockfile.group_requirements(plan.flavours, flavour))
+    lock_path = plan.lock_path(flavour)
+    lock_path.write_text(lockfile.format_lock(flavour, inputs, entries), encoding="utf-8")
+
+    results = build.build_flavours(project.plan(), [flavour], BuildOptions(), _Quiet())
+    assert results[0].outcome is Outcome.BUILT, results[0].message
+    log = results[0].log.read_text()
+    assert "layer venv-bootstrap: " in log and "wheel(s): pip\n" in log.replace("\r", "")
+    layered = engine.containers.run_container(names.local_ref(flavour.tag), ["python", "-c", MANIFEST], role="test")
+    assert layered.exit_code == 0, layered.output
+
+    plain = subprocess.run([
+        "docker", "run", "--rm", "--network", "none", "-v", f"{wheelhouse}:/wh:ro", "-v", f"{lock_path.parent}:/lock:ro",
+        "-e", "SOURCE_DATE_EPOCH=315532800", "-e", "PYTHONHASHSEED=0", "-e", "PIP_DISABLE_PIP_VERSION_CHECK=1",
+        "--label", f"io.xla-images.test-session=plain-{release}", test_base, "sh", "-c",
+        "python3.11 -m venv /opt/venv && /opt/venv/bin/python -m pip install -q --no-index --find-links /wh --require-hashes"
+        " --only-binary=:all: -r /lock/requirements.lock && /opt/venv/bin/python -c \"$0\"", MANIFEST],
+        capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    image, reference = _manifest(layered.output), _manifest(plain.stdout)
+    assert reference["/opt/venv/lib/python3.11/site-packages/pkg_resources"][0] == "file", "control: the upgrade"
+    assert "/opt/venv/bin/easy-tool" in reference and "/opt/venv/lib/python3.11/site-packages/pip" in reference
+    missing = sorted(set(reference) - set(image))
+    extra = sorted(set(image) - set(reference))
+    differing = sorted(path for path in set(image) & set(reference) if image[path] != reference[path])
+    assert not missing and not extra and not differing, (missing[:10], extra[:10],
+                                                         [(p, image[p], reference[p]) for p in differing[:10]])

@@ -19,6 +19,10 @@ from click.testing import CliRunner
 from xla_images.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+# A frozen matrix (today's, at the time it was copied) and one of its locks: hostile inputs are edits of a
+# realistic text, and must not change when the committed matrix gains or loses a release.
+FIXTURE_MATRIX = ROOT / "tests" / "fixtures" / "matrix" / "matrix.yaml"
+FIXTURE_LOCK = ROOT / "tests" / "fixtures" / "matrix" / "r2.9.0_3.11_cpu.requirements.lock"
 # `path[:line[:column]]: error [rule]: message` -- the first line of every rendered error (a Failure about no
 # file, such as "nothing matches", has no location).
 ERROR_LINE = re.compile(r"^(?:(?P<location>.+?): )?error \[(?P<rule>[a-z0-9-]+)\]: \S", re.MULTILINE)

@@ -4,7 +4,7 @@ against stub build tools, on the host (--host) and through a stub docker that st
 The stubs stand in for git, python (setup.py / pip / venv) and bazel, record every call with the environment
 variables that choose the ABI and the wheel version, and compile a tiny C++ shared object with g++ using the ABI
 flags they were given, exactly where upstream's build would decide it. The script's ABI check then runs the real
-xla_images/abi.py on the wheels, so a build that ignores the ABI setting really fails the check.
+the ABI checker (xla_images/abi) on the wheels, so a build that ignores the ABI setting really fails the check.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from xla_images.run import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-WORKFLOWS = (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW)
+WORKFLOWS = (cigen.BUILD_WORKFLOW, cigen.RESOLVE_WORKFLOW, cigen.EXAMPLE_WORKFLOW, cigen.UPDATE_WORKFLOW)
 SHA_PIN = re.compile(r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w.-]+)@([0-9a-f]{40}) # v\d+\.\d+\.\d+\s*$")
 
 
@@ -141,12 +141,19 @@ def test_every_action_is_pinned_to_a_full_sha_with_its_version(files: dict[Path,
                       "actions/download-artifact"}
 
 
+# The one job that writes: the scheduled update pushes a branch and opens a pull request with it.
+WRITERS = {(cigen.UPDATE_WORKFLOW, "update"): {"contents": "write", "pull-requests": "write"}}
+
+
 def test_least_privilege_and_no_persisted_credentials(files: dict[Path, str]) -> None:
     for relative, text in files.items():
         workflow = load(text)
         assert workflow["permissions"] == {}, relative
         for name, job in workflow["jobs"].items():
             assert "permissions" in job, f"{relative}: job {name} inherits permissions"
+            if (relative, name) in WRITERS:
+                assert job["permissions"] == WRITERS[relative, name]
+                continue
             assert set(job["permissions"] or {}) <= {"contents"}, f"{relative}: job {name} asks for more"
             assert all(value == "read" for value in (job["permissions"] or {}).values())
         for entry in steps(workflow):
@@ -258,14 +265,24 @@ def test_matrix_job_honours_the_dispatch_filters(plan: Plan, files: dict[Path, s
     if shutil.which("jq") is None:
         pytest.skip("jq is not installed (GitHub's runners have it; apt-get install jq)")
     workflow = load(files[cigen.BUILD_WORKFLOW])
-    code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla="2.9", abi="cxx11", python="3.11")
+    last = [f for f in plan.flavours if not f.is_nightly][-1]  # releases ascend: one of the newest release's
+    filters = {"torch_xla": last.release_minor, "abi": last.abi.value, "python": last.python}
+    code, outputs, log = run_listing(plan, workflow, tmp_path, **filters)
     assert code == 0, log
-    expected = [f.tag for f in plan.select(torch_xla="2.9", abi="cxx11", python="3.11")]
-    assert [entry["tag"] for entry in json.loads(outputs["include"])] == expected
+    expected = [f.tag for f in plan.select(**filters)]
+    assert expected and [entry["tag"] for entry in json.loads(outputs["include"])] == expected
     code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla="1.0")
     assert code == 1 and "::error::no buildable flavour matches" in log and "include" not in outputs
-    code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla="2.6", abi="cxx11")
-    assert code == 1 and "::warning::r2.6.0_3.11_cpu_cxx11 skipped" in log and "include" not in outputs
+    # A release whose every flavour of an ABI is unlocked (2.6's C++11 wheels come from an absent wheelhouse).
+    unlocked = [f for f in plan.flavours if sync.lock_status(plan, f).state is not sync.LockState.FRESH]
+    if not unlocked:
+        return
+    some = unlocked[0]
+    if any(sync.lock_status(plan, f).state is sync.LockState.FRESH
+           for f in plan.select(torch_xla=some.release_minor, abi=some.abi.value)):
+        return
+    code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla=some.release_minor, abi=some.abi.value)
+    assert code == 1 and f"::warning::{some.tag} skipped" in log and "include" not in outputs
 
 
 def test_publish_job_merges_with_the_command_not_a_heredoc(files: dict[Path, str]) -> None:
@@ -326,6 +343,16 @@ def test_merge_job_without_parts_says_nothing_was_published(files: dict[Path, st
     result = run_merge_step(files, plan, tmp_path)
     assert result.returncode == 2 and "no published.json part matches" in result.stderr, result.stderr
     assert not (tmp_path / "published.json").exists()
+
+
+def newest(plan: Plan) -> str:
+    """The matrix's newest release (the committed matrix's contents are pinned only in its golden file)."""
+    return [flavour for flavour in plan.flavours if not flavour.is_nightly][-1].torch_xla
+
+
+def carrying(plan: Plan, alias: str) -> str:
+    """The tag of the flavour that carries `alias` (`latest`, `latest_cpu`)."""
+    return next(flavour.tag for flavour in plan.flavours if alias in flavour.aliases)
 
 
 def digest_of(tag: str) -> str:
@@ -393,7 +420,7 @@ class FakeRegistry(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def registry(plan: Plan) -> Iterator[str]:
-    held = [f for f in plan.flavours if f.torch_xla == "2.9.0"]
+    held = [f for f in plan.flavours if f.torch_xla == newest(plan)]
     FakeRegistry.manifests = {**{f.tag: digest_of(f.tag) for f in held},
                               **{digest_of(f.tag): digest_of(f.tag) for f in held}}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
@@ -413,7 +440,9 @@ def run_resolve_step(files: dict[Path, str], tmp_path: Path, **inputs: str) -> t
     env = {key: value for key, value in os.environ.items() if not key.startswith("XLA_IMAGES_REGISTRY")}
     env.update({"GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(tmp_path),
                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "ABI": "cxx11", "PYTHON": "3.11",
-                "TORCH_XLA": "2.9", "ACCELERATOR": "tpu", "PUBLISHED_JSON_URL": "", "REGISTRY": ""})
+                # The newest release's minor (2.9 means the newest 2.9.x), whatever the matrix holds.
+                "TORCH_XLA": newest(load_plan(ROOT / "matrix.yaml")).rsplit(".", 1)[0], "ACCELERATOR": "tpu",
+                "PUBLISHED_JSON_URL": "", "REGISTRY": ""})
     env.update(inputs)
     result = subprocess.run(["bash", "-e", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
@@ -425,16 +454,16 @@ def test_resolve_step_from_a_published_json(files: dict[Path, str], plan: Plan, 
                                             tmp_path: Path) -> None:
     # What the reusable workflow's fetch step leaves in RUNNER_TEMP: the merged published.json.
     publish.record_published(tmp_path / "published.json",
-                             [published_entry(f, registry) for f in plan.flavours if f.torch_xla == "2.9.0"])
+                             [published_entry(f, registry) for f in plan.flavours if f.torch_xla == newest(plan)])
     code, outputs, log = run_resolve_step(files, tmp_path, PUBLISHED_JSON_URL="https://example.invalid/p.json")
     assert code == 0, log
-    assert outputs["ref"] == f"{registry}@{digest_of('r2.9.0_3.11_tpuvm')}"
+    assert outputs["ref"] == f"{registry}@{digest_of(carrying(plan, 'latest'))}"
 
 
-def test_resolve_step_from_the_registry(files: dict[Path, str], registry: str, tmp_path: Path) -> None:
+def test_resolve_step_from_the_registry(files: dict[Path, str], plan: Plan, registry: str, tmp_path: Path) -> None:
     code, outputs, log = run_resolve_step(files, tmp_path, REGISTRY=registry, ACCELERATOR="cpu")
     assert code == 0, log
-    assert outputs["ref"] == f"{registry}@{digest_of('r2.9.0_3.11_cpu')}"
+    assert outputs["ref"] == f"{registry}@{digest_of(carrying(plan, 'latest_cpu'))}"
 
 
 def test_resolve_step_wants_exactly_one_source(files: dict[Path, str], registry: str, tmp_path: Path) -> None:
@@ -457,3 +486,29 @@ def test_example_builds_a_dockerfile_that_takes_base(files: dict[Path, str]) -> 
     text = dockerfile.read_text()
     assert re.search(r"^ARG BASE\b", text, re.MULTILINE)
     assert re.search(r"^FROM \$\{?BASE\}?(\s|$)", text, re.MULTILINE)
+
+
+# --- the scheduled update workflow ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code, stderr, behind", [
+    (0, "up to date", "false"), (1, "error [update-behind]: the index has torch_xla 9.9.9", "true"),
+    (1, "error [index-network]: cannot read", None), (2, "error [yaml-syntax]", None)],
+    ids=["current", "behind", "network-failure", "bad-matrix"])
+def test_update_check_step_tells_behind_from_broken(files: dict[Path, str], tmp_path: Path, code: int, stderr: str,
+                                                    behind: str | None) -> None:
+    """Only `[update-behind]` opens a pull request; any other failure of `update --check` fails the job."""
+    workflow = load(files[cigen.UPDATE_WORKFLOW])
+    assert "schedule" in workflow["on"]
+    script = step(workflow, "update", id="check")["run"]
+    (tmp_path / "build.py").write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit {code}\n")
+    (tmp_path / "build.py").chmod(0o755)
+    output = tmp_path / "output"
+    output.write_text("")
+    result = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_OUTPUT": str(output)})
+    if behind is None:
+        assert result.returncode == code and output.read_text() == ""
+    else:
+        assert result.returncode == 0 and output.read_text() == f"behind={behind}\n"
+    later = step(workflow, "update", name="Add the new releases and lock them")
+    assert later["if"] == "steps.check.outputs.behind == 'true'" and "update --write" in later["run"]

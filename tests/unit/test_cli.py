@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from xla_images.generate.plan import load_plan
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,7 +20,7 @@ def test_list_json_contract() -> None:
     result = run("list", "--json")
     assert result.returncode == 0, result.stderr
     flavours = json.loads(result.stdout)
-    assert len(flavours) == 30
+    assert len(flavours) == len(load_plan(ROOT / "matrix.yaml").flavours)
     required = {"tag", "aliases", "torch_xla", "torch", "python", "abi", "accelerator", "libtpu", "id"}
     for flavour in flavours:
         assert required <= set(flavour)
@@ -30,8 +32,13 @@ def test_list_json_contract() -> None:
 
 
 def test_list_filters() -> None:
-    result = run("list", "--json", "--abi", "cxx11", "--python", "3.11", "--torch-xla", "2.9")
-    assert [f["tag"] for f in json.loads(result.stdout)] == ["r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"]
+    newest = [f for f in load_plan(ROOT / "matrix.yaml").flavours if not f.is_nightly][-1]  # releases ascend
+    filters = {"abi": newest.abi.value, "python": newest.python, "torch_xla": newest.release_minor}
+    result = run("list", "--json", *[f"--{key.replace('_', '-')}={value}" for key, value in filters.items()])
+    chosen = json.loads(result.stdout)
+    assert chosen and all(all(f[key] == value or f[key].startswith(value + ".") for key, value in filters.items())
+                          for f in chosen)
+    assert newest.tag in [f["tag"] for f in chosen]
 
 
 def test_ids_are_stable_across_runs() -> None:

@@ -171,7 +171,7 @@ def test_a_command_importing_a_missing_dependency_exits_2(monkeypatch: pytest.Mo
     monkeypatch.setattr(checks, "run", needs_pytest)
     monkeypatch.setattr("xla_images.cli.test._built_image", lambda flavour: "image")
     with pytest.raises(SystemExit) as exited:
-        main(["test", "r2.9.0_3.11_cpu", "--checks-only", "--matrix", str(REPO / "matrix.yaml")])
+        main(["test", "latest_cpu", "--checks-only", "--matrix", str(REPO / "matrix.yaml")])
     assert exited.value.code == 2
     assert "[dependency-missing]: the dependency 'pytest' is not installed" in capsys.readouterr().err
 

@@ -24,14 +24,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile_inputs import ROOT, assert_answered, run_cli
+from hostile_inputs import FIXTURE_LOCK, FIXTURE_MATRIX, ROOT, assert_answered, run_cli
 from xla_images.errors import ConfigError
 from xla_images.model import lockfile
 
 DEADLINE = datetime.timedelta(seconds=5)
 FUZZ = settings(derandomize=True, database=None, deadline=DEADLINE, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-MATRIX_DATA = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+MATRIX_DATA = yaml.safe_load(FIXTURE_MATRIX.read_text())
 SITE_DATA = {
     "registry": "registry.corp.example:5000/ml/xla",
     "ca_bundle": "none",
@@ -48,7 +48,7 @@ PUBLISHED_DATA = {"schema": 1, "flavours": {"r2.9.0_3.11_cpu": {
     "tag": "r2.9.0_3.11_cpu", "tags": ["r2.9.0_3.11_cpu", "latest_cpu"], "registry": "127.0.0.1:9/x",
     "digest": DIGEST, "ref": f"127.0.0.1:9/x@{DIGEST}", "labels": {"io.xla-images.abi": "cxx11"},
     "flavour": {"torch_xla": "2.9.0", "python": "3.11", "abi": "cxx11", "accelerator": "cpu"}, "pushed_at": ""}}}
-LOCK = (ROOT / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock").read_text()
+LOCK = FIXTURE_LOCK.read_text()
 
 
 # --- YAML with anchors, aliases and tags ------------------------------------------------------------------
@@ -238,12 +238,12 @@ def test_fuzz_emitter_reproduces_the_real_matrix(workdir: Path) -> None:
 
 
 @settings(FUZZ, max_examples=100)
-@given(text=st.sampled_from((ROOT / "matrix.yaml").read_text().splitlines(keepends=True)).flatmap(
+@given(text=st.sampled_from(FIXTURE_MATRIX.read_text().splitlines(keepends=True)).flatmap(
     lambda line: st.tuples(st.just(line), st.sampled_from(ODD_SCALARS + ["&x", "*x", "<<: *x", "- ", "  ", "\t",
                                                                          "{", "]", "#", ":", "---"]))))
 def test_fuzz_text_edits_of_the_real_matrix(workdir: Path, text: tuple[str, str]) -> None:
     line, fragment = text
-    source = (ROOT / "matrix.yaml").read_text()
+    source = FIXTURE_MATRIX.read_text()
     value_at = line.find(": ") + 2 if ": " in line else len(line.rstrip("\n"))
     edited = source.replace(line, line[:value_at] + fragment + line[value_at:], 1)
     outcome = run_cli("validate", "--matrix", str(_write(workdir / "edited.yaml", edited)))

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from hostile_inputs import ROOT, assert_answered, run_cli, run_limited
+from hostile_inputs import FIXTURE_LOCK, FIXTURE_MATRIX, ROOT, assert_answered, run_cli, run_limited
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError
 from xla_images.model import lockfile
 from xla_images.run import publish
 
-MATRIX = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
+MATRIX = FIXTURE_MATRIX.read_text(encoding="utf-8")
 # "Billion laughs": nine levels of nine aliases, 9**9 values if it were built.
 BOMB = "".join(f"{name}: &{name} [{', '.join([item] * 9)}]\n"
                for item, name in zip(['"lol"', *(f"*{prev}" for prev in "abcdefgh")], "abcdefghi"))
@@ -262,7 +262,7 @@ def test_a_good_published_json_still_parses() -> None:
 
 # --- lock files ----------------------------------------------------------------------------------------------
 
-LOCK = (ROOT / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock").read_text()
+LOCK = FIXTURE_LOCK.read_text()
 
 
 @pytest.mark.parametrize("text, line", [

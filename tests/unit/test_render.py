@@ -119,7 +119,9 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     assert [line.split(" AS ")[1] for line in dockerfile.splitlines() if line.startswith("FROM ")] == [
         "venv", "base", "wheels", "runtime"]
     venv, base, wheels_stage, runtime = (stage(dockerfile, name) for name in ("venv", "base", "wheels", "runtime"))
-    assert "libpython3.11.so.1.0" in venv and "python3.11 -m venv /opt/venv" in venv
+    assert "libpython3.11.so.1.0" in venv and "python3.11 -m venv --without-pip /opt/venv" in venv
+    # pip and setuptools come from ensurepip in the wheels stage, where a lock may replace them (see layers.py).
+    assert "/opt/venv/bin/python3.11 -m ensurepip --upgrade --default-pip" in wheels_stage
     assert "COPY --from=venv /layers/venv/ /" in base
     assert "COPY wheelhouse/ /tmp/wheelhouse/" in wheels_stage and "--require-hashes --only-binary=:all:" in wheels_stage
     # The pip settings and the CA are BuildKit secrets of the pip step: never copied, never in the context.
@@ -133,7 +135,7 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     assert "/tmp/pip" not in runtime and "PIP_CONFIG_FILE" not in runtime
     copies = [line for line in runtime.splitlines() if line.startswith("COPY ")]
     assert copies == [f"COPY --from=wheels /layers/{name}/ /" for name in
-                      ("torch-any", "torch", "torch_xla", "libtpu", "smoke")]
+                      ("venv-bootstrap", "torch-any", "torch", "torch_xla", "libtpu", "smoke")]
     cpu = render.render_flavour(fixed_flavours()["r2.9.0_3.11_cpu"])["Dockerfile"]
     assert "/layers/libtpu/" not in cpu and "/layers/torch_xla/" in cpu
     assert "PJRT_DEVICE=\"TPU\"" in runtime and "PATH=/opt/venv/bin:$PATH" in runtime

@@ -232,8 +232,10 @@ def test_cli_render_check_exit_codes(tmp_path: Path) -> None:
     assert run_cli("render", "--matrix", matrix).returncode == 0
     for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"):
         fake_lock(reload(plan), tag)
-    result = run_cli("render", "--check", "--matrix", matrix)
+    # Fake locks name wheels no index has: the layout is not checkable, and --offline says so without asking.
+    result = run_cli("render", "--check", "--offline", "--matrix", matrix)
     assert result.returncode == 0, result.stderr
+    assert "layout not checked (offline, wheels not cached)" in result.stderr
     assert f"Dockerfiles/{WHEELHOUSE_TAG}/requirements.lock: warning [unlocked]" in result.stdout
     assert "up to date" in result.stdout
 

@@ -26,6 +26,7 @@ COMMANDS = (
     ("render", "lint"),
     ("render", "lock"),
     ("render", "wheels"),
+    ("update", "update"),
     ("build", "base"),
     ("build", "build"),
     ("build", "doctor"),

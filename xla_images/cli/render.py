@@ -9,15 +9,18 @@ import click
 from ..errors import Failure
 from ..generate import sync
 from ..generate.plan import Plan
-from ..run import lint as lint_module, wheels as wheels_module
+from ..run import layout, lint as lint_module, wheels as wheels_module
 from .common import flavour_filters, plan_options, select
 
 
 @click.command("render")
 @click.option("--check", "check_only", is_flag=True,
-              help="Write nothing; exit 1 if any generated file is missing, stale or orphaned (for CI).")
+              help="Write nothing; exit 1 if any generated file is missing, stale or orphaned, or a lock's layers "
+                   "would not apply cleanly (for CI).")
+@click.option("--offline", is_flag=True,
+              help="With --check: check the layer layout only of locks whose wheels are local or cached.")
 @plan_options
-def render(plan: Plan, check_only: bool) -> None:
+def render(plan: Plan, check_only: bool, offline: bool) -> None:
     """Write Dockerfiles/<tag>/Dockerfile, wheel-builds/<build>.env and the CI files from the templates.
 
     \b
@@ -29,6 +32,9 @@ def render(plan: Plan, check_only: bool) -> None:
       orphan    Dockerfiles/<tag>/ of a flavour no longer in the matrix, a wheel-builds/<build>.env no
                 flavour uses, or a stray file in a flavour folder or in wheel-builds/
       unlocked  (warning only) a lock that cannot be made here: its wheel source's wheelhouse is absent
+    and, for every lock, the layer layout: the image's split (xla_images/layers.py) computed from the locked
+    wheels' RECORD and METADATA (read with range requests, cached by sha256) must give layers that apply
+    cleanly over each other -- no path a file in one layer and a directory or symlink in another.
     `render` removes orphan folders that hold only generated files, and orphan wheel-build files.
 
     \b
@@ -44,7 +50,13 @@ def render(plan: Plan, check_only: bool) -> None:
         if drift:
             raise Failure(f"{len(drift)} generated file(s) out of date", rule="render-drift",
                           hint="run `./build.py render` (and `./build.py lock` for locks), then commit the result")
-        click.echo(f"up to date: {len(plan.flavours)} flavour(s)")
+        checked = layout.check_locks(plan, plan.flavours, offline=offline, progress=click.echo)
+        layout.require_clean(checked)
+        unchecked = [result.tag for result in checked if not result.checked]
+        if unchecked:
+            click.echo(f"layout not checked (offline, wheels not cached): {', '.join(unchecked)}", err=True)
+        click.echo(f"up to date: {len(plan.flavours)} flavour(s), {len(checked) - len(unchecked)} layer layout(s) "
+                   "checked")
         return
     result = sync.write(plan)
     for path in result.written:
@@ -117,6 +129,9 @@ def lock(plan: Plan, flavours: tuple[str, ...], filters: dict[str, str | None], 
         click.echo(f"{result.path.relative_to(plan.root)}: {result.wheels} wheels, {state}")
     for failure in report.failed:
         click.echo(f"not locked: {', '.join(failure.tags)}\n{failure.error.render()}", err=True)
+    locked_tags = {result.path.parent.name for result in report.locked}
+    layout.require_clean(layout.check_locks(plan, [flavour for flavour in chosen if flavour.tag in locked_tags],
+                                            progress=click.echo))
     click.echo(f"{len(report.locked)} lock(s) in {time.monotonic() - started:.1f}s, {len(report.skipped)} skipped, "
                f"{len(report.failed)} group(s) failed")
     named = {plan.select((name,))[0].tag for name in flavours}

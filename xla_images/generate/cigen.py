@@ -30,6 +30,7 @@ GITHUB_DIR = Path("ci") / "github"
 BUILD_WORKFLOW = GITHUB_DIR / "xla-images-build.yml"
 RESOLVE_WORKFLOW = GITHUB_DIR / "xla-images-resolve.yml"
 EXAMPLE_WORKFLOW = GITHUB_DIR / "example-downstream.yml"
+UPDATE_WORKFLOW = GITHUB_DIR / "xla-images-update.yml"
 BAKE_FILE = Path("docker-bake.json")
 # Where `ci bake --contexts` assembles build contexts unless told otherwise (build/ is git-ignored).
 DEFAULT_CONTEXTS = Path("build") / "bake"
@@ -62,7 +63,7 @@ def github_files(plan: Plan) -> dict[Path, str]:
     context = {"actions": _action_refs(), "tool_python": TOOL_PYTHON, "matrix_limit": GITHUB_MATRIX_LIMIT,
                "build_workflow": BUILD_WORKFLOW.name, "resolve_workflow": RESOLVE_WORKFLOW.name}
     return {path: _render(path.name + ".j2", path, context)
-            for path in (BUILD_WORKFLOW, RESOLVE_WORKFLOW, EXAMPLE_WORKFLOW)}
+            for path in (BUILD_WORKFLOW, RESOLVE_WORKFLOW, EXAMPLE_WORKFLOW, UPDATE_WORKFLOW)}
 
 
 def bake_files(plan: Plan) -> dict[Path, str]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import layers, resources
-from ..model import matrix, nightly
+from ..errors import ErrorList
+from ..model import matrix, nightly, wheel_index
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
 from ..names import DOCKERFILES, LOCK_NAME
@@ -48,10 +49,16 @@ class Plan:
 def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple[str, ...] = ()) -> Plan:
     matrix_path = Path(matrix_path)
     root = resolve_path(matrix_path).parent  # a symlink loop is a ConfigError, not a RuntimeError
-    site = load_site(site_path, overrides, root=root)
+    return plan_for_site(matrix_path, load_site(site_path, overrides, root=root))
+
+
+def plan_for_site(matrix_path: Path, site: Site) -> Plan:
+    """The plan of `matrix_path` with site settings already loaded (a command that rewrote the matrix)."""
+    root = resolve_path(matrix_path).parent
     # A nightly's lock names the night it installs: its versions, dated tag and labels come from there.
     # Bound first: a nightly's wheel source is chosen by its release's version, not by the night it pins.
     targets = nightly.pin_from_locks(bind(matrix.load_flavours(matrix_path), site), root)
+    check_wheels(targets, wheel_index.load(root / wheel_index.WHEELS_FILE))
     rendered = {target.tag: render.render_flavour(target) for target in targets}
     smoke_digest = _tree_digest(resources.smoke_dir())
     split_layers_digest = hashlib.sha256(Path(layers.__file__).read_bytes()).hexdigest()
@@ -64,6 +71,18 @@ def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple
         for target in targets
     )
     return Plan(root, matrix_path, site, with_ids, rendered)
+
+
+def check_wheels(targets: tuple[Target, ...] | list[Target], cache: wheel_index.WheelIndex | None) -> None:
+    """Every flavour whose wheels come from the cache's index has a wheel of each pin for its python."""
+    if cache is None:
+        return
+    from_index = [target for target in targets
+                  if target.wheel_source.wheelhouse is None and not target.wheel_source.torch_xla_local
+                  and wheel_index.index_of(target.wheel_source.index_url) == cache.index]
+    errors = wheel_index.check(from_index, cache)
+    if errors:
+        raise ErrorList(errors) if len(errors) > 1 else errors[0]
 
 
 def _tree_digest(directory: Path) -> str:

@@ -116,6 +116,15 @@ def expand(doc: yamlsrc.YamlDoc) -> list[Flavour]:
     return flavours
 
 
+def matrix_defaults(doc: yamlsrc.YamlDoc) -> dict[str, Any]:
+    """The `defaults` section as releases inherit it (pythons, accelerators, abis, ...); raises if invalid."""
+    errors = _Collector(doc)
+    data = doc.data if isinstance(doc.data, dict) else {}
+    result = _defaults(errors, data.get("defaults", {}))
+    errors.raise_if_any()
+    return result
+
+
 def _check_latest_python(errors: _Collector, given: dict, defaults: dict[str, Any],
                          releases: list[Release]) -> None:
     latest = defaults["latest_python"]

@@ -1,0 +1,307 @@
+"""generate.update and model.wheel_index: facts -> the matrix edit (comments and order kept, validated), and the
+wheel-python rule validation checks offline. The index itself: test_index.py (fake) and test_update_network.py."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xla_images import yamlsrc
+from xla_images.errors import ConfigError, ErrorList, Failure
+from xla_images.generate import update
+from xla_images.generate.plan import load_plan
+from xla_images.model import matrix, wheel_index
+from xla_images.model.flavour import Accelerator
+from xla_images.model.site import load_site
+from xla_images.run.upstream import metadata_pins
+
+MATRIX = """\
+schema: 1
+defaults:
+  # every python we may build
+  pythons: ["3.10", "3.11", "3.12", "3.13"]
+  accelerators: [tpu, cpu]
+releases:
+  # the first one
+  "2.7.0":
+    torch: "2.7.0"
+    pytorch_git_rev: v2.7.0
+    xla_git_rev: v2.7.0
+    python_support: ">=3.10,<3.12"
+    libtpu: "0.0.11.1"
+  # the newest one
+  "2.9.0":
+    torch: "2.9.0"
+    pytorch_git_rev: v2.9.1
+    xla_git_rev: v2.9.0
+    python_support: ">=3.10,<3.14"
+    libtpu: "0.0.21"
+
+# trailing comment about excludes
+exclude:
+  - {torch_xla: "2.9.0", python: "3.13", accelerator: tpu}
+"""
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+BOTH = (Accelerator.TPU, Accelerator.CPU)
+
+
+def facts(version: str = "2.8.1", torch: str = "2.8.0", libtpu: str | None = "0.0.17",
+          xla: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13"), torch_wheels: tuple[str, ...] = ("3.9", "3.10",
+          "3.11", "3.12", "3.13", "3.14"), libtpu_wheels: tuple[str, ...] = ("3.10", "3.11", "3.12")
+          ) -> update.ReleaseFacts:
+    wheels = {"torch-xla": xla, "torch": torch_wheels}
+    if libtpu:
+        wheels["libtpu"] = libtpu_wheels
+    return update.ReleaseFacts(version, torch, libtpu, wheels)
+
+
+def edited(*items: update.ReleaseFacts, text: str = MATRIX) -> str:
+    decisions = [update.decide(item, PYTHONS, BOTH) for item in items]
+    return update.edit_matrix(text, "m.yaml", decisions).text
+
+
+def test_decide_pins_support_and_excludes() -> None:
+    decision = update.decide(facts(), PYTHONS, BOTH)
+    settings = dict(decision.settings)
+    assert settings == {"torch": '"2.8.0"', "pytorch_git_rev": "v2.8.0", "xla_git_rev": "v2.8.1",
+                        "python_support": '">=3.10,<3.14"', "libtpu": '"0.0.17"'}
+    assert [entry for _, entry in decision.excludes] == ['{torch_xla: "2.8.1", python: "3.13", accelerator: tpu}']
+    assert decision.pythons == PYTHONS
+
+
+def test_pythons_are_those_torch_xla_and_torch_share() -> None:
+    decision = update.decide(facts(torch_wheels=("3.11", "3.12")), PYTHONS, BOTH)
+    assert dict(decision.settings)["python_support"] == '">=3.11,<3.13"'
+    assert decision.pythons == ("3.11", "3.12")
+
+
+def test_a_pure_python_libtpu_serves_every_python() -> None:
+    decision = update.decide(facts(libtpu_wheels=("3+",)), PYTHONS, BOTH)
+    assert decision.excludes == ()
+
+
+def test_no_libtpu_wheel_at_all_builds_cpu_only() -> None:
+    assert dict(update.decide(facts(libtpu_wheels=()), PYTHONS, BOTH).settings)["accelerators"] == "[cpu]"
+    assert "libtpu" not in dict(update.decide(facts(libtpu=None), PYTHONS, BOTH).settings)
+    with pytest.raises(Failure) as caught:
+        update.decide(facts(libtpu=None), PYTHONS, (Accelerator.TPU,))
+    assert caught.value.rule == "update-facts"
+
+
+def test_no_shared_python_is_a_clear_failure() -> None:
+    with pytest.raises(Failure) as caught:
+        update.decide(facts(torch_wheels=("3.9",)), PYTHONS, BOTH)
+    assert caught.value.rule == "update-facts"
+
+
+def test_edit_keeps_every_line_and_puts_the_release_in_order() -> None:
+    text = edited(facts())
+    old_lines, new_lines = MATRIX.splitlines(), text.splitlines()
+    # Nothing removed or changed: every old line is still there, in the same order.
+    iterator = iter(new_lines)
+    assert all(line in iterator for line in old_lines)
+    # 2.8.1 goes between 2.7.0 and 2.9.0, above the comment that introduces 2.9.0.
+    assert new_lines.index('  "2.8.1":') < new_lines.index("  # the newest one") < new_lines.index('  "2.9.0":')
+    assert new_lines[-1] == '  - {torch_xla: "2.8.1", python: "3.13", accelerator: tpu}'
+    releases = list(yamlsrc.loads(text, "m.yaml").data["releases"])
+    assert releases == ["2.7.0", "2.8.1", "2.9.0"]
+    update.validate(text, "m.yaml", load_site(None), None)
+
+
+def test_a_newer_release_goes_last_and_an_existing_one_is_left_alone() -> None:
+    text = edited(facts("2.10.0", "2.10.0", "0.0.30"), facts("2.9.0", "2.9.0", "0.0.21"))
+    assert list(yamlsrc.loads(text, "m.yaml").data["releases"]) == ["2.7.0", "2.9.0", "2.10.0"]
+    assert text.count('"2.9.0":') == 1
+    assert text.index('  "2.10.0":') < text.index("# trailing comment about excludes")
+
+
+def test_a_matrix_without_excludes_gains_the_section() -> None:
+    text = MATRIX[:MATRIX.index("# trailing comment")]
+    text = text.replace('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    pythons: ["3.10", "3.11", "3.12"]\n')
+    result = edited(facts(), text=text)
+    assert yamlsrc.loads(result, "m.yaml").data["exclude"] == [
+        {"torch_xla": "2.8.1", "python": "3.13", "accelerator": "tpu"}]
+
+
+def test_a_flow_exclude_list_is_refused_not_rewritten() -> None:
+    text = MATRIX.replace('exclude:\n  - {torch_xla: "2.9.0", python: "3.13", accelerator: tpu}\n',
+                          'exclude: [{torch_xla: "2.9.0", python: "3.13", accelerator: tpu}]\n')
+    with pytest.raises(ConfigError) as caught:
+        edited(facts(), text=text)
+    assert caught.value.rule == "update-edit" and caught.value.location.line == text.splitlines().index(
+        'exclude: [{torch_xla: "2.9.0", python: "3.13", accelerator: tpu}]') + 1
+
+
+def test_flow_releases_are_refused_and_a_flow_release_is_followed() -> None:
+    flow = 'schema: 1\nreleases: {"2.7.0": {torch: "2.7.0", pytorch_git_rev: v2.7.0, xla_git_rev: v2.7.0, ' \
+           'python_support: ">=3.10,<3.12", libtpu: "0.0.11.1"}}\n'
+    with pytest.raises(ConfigError) as caught:
+        edited(facts(libtpu_wheels=("3+",)), text=flow)
+    assert caught.value.rule == "update-edit" and caught.value.location.line == 2
+    one_line = MATRIX.replace('  "2.9.0":\n    torch: "2.9.0"\n    pytorch_git_rev: v2.9.1\n    xla_git_rev: v2.9.0\n'
+                              '    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n',
+                              '  "2.9.0": {torch: "2.9.0", pytorch_git_rev: v2.9.1, xla_git_rev: v2.9.0, '
+                              'python_support: ">=3.10,<3.14", libtpu: "0.0.21"}\n')
+    assert one_line != MATRIX
+    text = edited(facts("2.10.0", "2.10.0", "0.0.30"), text=one_line)
+    assert '  "2.10.0":\n    torch: "2.10.0"\n' in text
+    update.validate(text, "m.yaml", load_site(None), None)
+
+
+def test_an_edit_that_would_not_validate_raises() -> None:
+    text = edited(facts())
+    cache = wheel_index.WheelIndex(wheel_index.PUBLIC_INDEX, {"libtpu": {"0.0.17": ("3.10",)}})
+    with pytest.raises(ErrorList) as caught:
+        update.validate(text, "m.yaml", load_site(None), cache)
+    assert [error.rule for error in caught.value.errors] == ["wheel-python", "wheel-python"]
+
+
+# --- model.wheel_index --------------------------------------------------------------------------------------
+
+def test_wheel_pythons_reads_linux_x86_64_cpython_tags() -> None:
+    names = ["libtpu-0.0.21-cp310-cp310-manylinux_2_31_x86_64.whl",
+             "libtpu-0.0.21-cp313-cp313t-manylinux_2_31_x86_64.whl",
+             "libtpu-0.0.21-cp312-cp312-manylinux_2_31_aarch64.whl", "libtpu-0.0.21-cp311-cp311-win_amd64.whl",
+             "libtpu-0.0.21.1-cp313-cp313-manylinux_2_31_x86_64.whl",
+             "libtpu-0.0.7.1-py3-none-manylinux_2_27_x86_64.whl", "x-1.0-cp39-abi3-manylinux2014_x86_64.whl"]
+    assert wheel_index.wheel_pythons(names, "libtpu", "0.0.21") == ("3.10",)
+    assert wheel_index.wheel_pythons(names, "libtpu", "0.0.7.1") == ("3+",)
+    assert wheel_index.wheel_pythons(names, "x", "1.0") == ("3.9+",)
+    assert wheel_index.serves(("3.9+",), "3.13") and not wheel_index.serves(("3.9+",), "3.8")
+    assert not wheel_index.serves(("3.10", "3.11"), "3.13") and wheel_index.serves(("3+",), "3.13")
+
+
+def test_the_cache_round_trips_and_bad_caches_name_the_rule(tmp_path: Path) -> None:
+    cache = wheel_index.WheelIndex(wheel_index.PUBLIC_INDEX, {"libtpu": {"0.0.21": ("3.10", "3.11")},
+                                                             "torch": {"2.9.0": ("3.10",)}})
+    path = tmp_path / wheel_index.WHEELS_FILE
+    path.write_text(cache.dumps())
+    assert wheel_index.load(path).wheels == cache.wheels
+    for bad in ("{", '{"schema": 2}', '{"schema": 1, "index": "x", "wheels": {"torch": {"2.9.0": ["3.1x"]}}}'):
+        path.write_text(bad)
+        with pytest.raises(ConfigError) as caught:
+            wheel_index.load(path)
+        assert caught.value.rule == "wheel-cache"
+
+
+def test_validate_refuses_a_flavour_whose_libtpu_has_no_wheel(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MATRIX.replace(
+        '  - {torch_xla: "2.9.0", python: "3.13", accelerator: tpu}\n', '  - {python: "3.10", accelerator: cpu}\n'))
+    load_plan(tmp_path / "matrix.yaml")  # no cache: nothing is known, nothing is checked
+    cache = {"schema": 1, "index": wheel_index.PUBLIC_INDEX, "wheels": {"libtpu": {"0.0.21": ["3.10", "3.11", "3.12"]}}}
+    (tmp_path / wheel_index.WHEELS_FILE).write_text(json.dumps(cache))
+    with pytest.raises(ConfigError) as caught:
+        load_plan(tmp_path / "matrix.yaml")
+    assert caught.value.rule == "wheel-python" and "r2.9.0_3.13_tpuvm" in caught.value.message
+    assert caught.value.location.line == MATRIX.splitlines().index('  "2.9.0":') + 1
+    # Another index's facts say nothing about the public index's wheels.
+    (tmp_path / wheel_index.WHEELS_FILE).write_text(json.dumps({**cache, "index": "https://mirror.example/simple/"}))
+    load_plan(tmp_path / "matrix.yaml")
+
+
+def test_metadata_pins_read_the_tpu_extra() -> None:
+    text = ("Metadata-Version: 2.1\nName: torch_xla\nVersion: 2.6.0\nRequires-Dist: absl-py\n"
+            'Requires-Dist: libtpu==0.0.7.1; extra == "tpu"\n'
+            'Requires-Dist: libtpu-nightly==0.1.dev20241010+nightly.cleanup; extra == "tpu"\n'
+            'Requires-Dist: jax==0.7.1; extra == "pallas"\n')
+    assert metadata_pins(text, "u") == {"libtpu": "0.0.7.1"}
+    assert metadata_pins(text + "Requires-Dist: torch==2.6.0\n", "u") == {"libtpu": "0.0.7.1", "torch": "2.6.0"}
+    for bad in ("Name: x\n", text + "Requires-Dist: torch==2.6.0+cu12\n", text + "Requires-Dist: ==\n"):
+        with pytest.raises(Failure) as caught:
+            metadata_pins(bad, "u")
+        assert caught.value.rule == "wheel-metadata"
+
+
+@pytest.mark.parametrize("release", ["foo bar", "2.9", "2.9.0\n", "2.9.0; rm -rf /", "\u0662.\u0669.\u0660"])
+def test_a_release_option_that_is_no_version_is_refused_before_the_network(tmp_path: Path, release: str) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+
+    class NoNetwork:
+        url = "http://127.0.0.1:9/simple/"
+
+        def files(self, project: str) -> list:
+            raise AssertionError("the index was asked")
+
+    with pytest.raises(ConfigError) as caught:
+        plan_update(tmp_path / "matrix.yaml", load_site(None), (release,), index=NoNetwork())
+    assert caught.value.rule == "update-release"
+
+
+def test_matrix_defaults_are_what_releases_inherit() -> None:
+    defaults = matrix.matrix_defaults(yamlsrc.loads(MATRIX, "m.yaml"))
+    assert defaults["pythons"] == PYTHONS and defaults["accelerators"] == BOTH
+
+
+# --- run.upstream end to end, against an index in memory ----------------------------------------------------
+
+class MemoryIndex:
+    """The run.index.Index interface over file names; every wheel's METADATA pins `libtpu`."""
+
+    url = wheel_index.PUBLIC_INDEX
+
+    def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str]) -> None:
+        from xla_images.run.index import IndexFile
+
+        self.names, self.libtpu = names, libtpu
+        self.pages = {project: [IndexFile(name, f"https://files.example/{name}") for name in found]
+                      for project, found in names.items()}
+
+    def files(self, project: str) -> list:
+        return self.pages[project]
+
+    def wheel_member(self, file, wanted) -> str | None:
+        version = file.filename.split("-")[1]
+        if wanted("torch_xla-x.dist-info/METADATA"):
+            return (f"Metadata-Version: 2.1\nName: torch_xla\nVersion: {version}\n"
+                    f'Requires-Dist: libtpu=={self.libtpu[version]}; extra == "tpu"\n')
+        return "__xla_gitrev__ = '0123456789abc'\n" if wanted("torch_xla/version.py") else None
+
+
+def wheels(project: str, version: str, pythons: tuple[str, ...]) -> list[str]:
+    tag = "manylinux_2_28_x86_64"
+    return [f"{project}-{version}-cp{p.replace('.', '')}-cp{p.replace('.', '')}-{tag}.whl" for p in pythons]
+
+
+def memory_index() -> MemoryIndex:
+    four = ("3.10", "3.11", "3.12", "3.13")
+    return MemoryIndex({
+        "torch-xla": wheels("torch_xla", "2.7.0", four) + wheels("torch_xla", "2.9.0", four)
+        + wheels("torch_xla", "2.10.1", four) + wheels("torch_xla", "2.11.0rc1", four),
+        "torch": wheels("torch", "2.7.0", four) + wheels("torch", "2.9.0", four) + wheels("torch", "2.10.0", four)
+        + wheels("torch", "2.10.2", four),
+        "libtpu": ["libtpu-0.0.11.1-py3-none-manylinux_2_31_x86_64.whl"] + wheels("libtpu", "0.0.21", four[:3])
+        + wheels("libtpu", "0.0.30", four[:3]),
+    }, {"2.9.0": "0.0.21", "2.10.1": "0.0.30"})
+
+
+def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update, write_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index())
+    # 2.11.0rc1 is no release; 2.10.1 pairs with torch 2.10.0, the newest 2.10 not newer than itself.
+    assert result.added == ("2.10.1",) and result.missing
+    release = yamlsrc.loads(result.after, "m.yaml").data["releases"]["2.10.1"]
+    assert (release["torch"], release["libtpu"], release["python_support"]) == ("2.10.0", "0.0.30", ">=3.10,<3.14")
+    assert '  - {torch_xla: "2.10.1", python: "3.13", accelerator: tpu}' in result.after
+    assert result.diff.startswith("--- a/") and "+  \"2.10.1\":" in result.diff
+    assert write_update(result) == [tmp_path / "matrix.yaml", tmp_path / wheel_index.WHEELS_FILE]
+    plan = load_plan(tmp_path / "matrix.yaml")  # validates against the cache just written
+    assert "r2.10.1_3.13_tpuvm" not in {flavour.tag for flavour in plan.flavours}
+    again = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index())
+    assert again.added == () and not again.missing and again.after == again.before
+    assert write_update(again) == []
+
+
+def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    named = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=memory_index())
+    assert named.added == ()  # already in the matrix: nothing to add
+    with pytest.raises(ConfigError) as caught:
+        plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.8.0",), index=memory_index())
+    assert caught.value.rule == "update-release" and "2.10.1" in caught.value.hint

@@ -1,0 +1,68 @@
+"""`update`: add the torch_xla releases the package index has and the matrix lacks."""
+from __future__ import annotations
+
+import click
+
+from ..errors import ConfigError, Failure
+from ..generate import sync
+from ..generate.plan import Plan, plan_for_site
+from ..run import upstream
+from .common import plan_options
+
+
+@click.command("update")
+@click.option("--release", "releases", multiple=True, metavar="X.Y.Z",
+              help="Add this torch_xla release (repeatable). Default: every release newer than the matrix's newest.")
+@click.option("--write", is_flag=True, help="Apply the change to matrix.yaml and matrix.wheels.json, then render.")
+@click.option("--check", "check_only", is_flag=True,
+              help="Write nothing; exit 1 when the index has a release the matrix lacks (for a scheduled job).")
+@plan_options
+def update(plan: Plan, releases: tuple[str, ...], write: bool, check_only: bool) -> None:
+    """Read new torch_xla releases from the package index and add them to matrix.yaml; print the diff.
+
+    \b
+    For each release this works out, from the index alone (simple API + the wheel's METADATA, read with
+    HTTP range requests): the torch pin, the libtpu pin (the `tpu` extra), the pythons torch_xla and torch
+    both have wheels for (python_support), the git tags, and an exclude for each python its libtpu has no
+    wheel for. Comments and order of matrix.yaml are kept; nothing is written unless the result validates.
+    The wheel facts of every pin go to matrix.wheels.json, which `validate` checks offline (rule wheel-python).
+
+    \b
+    Examples:
+      build.py update                       # print what would change
+      build.py update --write && build.py lock --stale-only
+      build.py update --release 2.9.0 --write
+      build.py update --check               # exit 1 when upstream is ahead
+    """
+    if write and check_only:
+        raise ConfigError("--write and --check exclude each other", rule="update-options",
+                          hint="--check for a scheduled job, --write to apply")
+    result = upstream.plan_update(plan.matrix_path, plan.site, releases, progress=lambda line: click.echo(line,
+                                                                                                         err=True))
+    for facts in result.facts:
+        commits = ", ".join(f"{name} {commit[:12]}" for name, commit in (("torch_xla", facts.xla_commit),
+                                                                         ("torch", facts.torch_commit)) if commit)
+        click.echo(f"torch_xla {facts.torch_xla}: torch {facts.torch}, libtpu {facts.libtpu or '-'}"
+                   + (f"; the wheel was built from {commits}" if commits else ""))
+        for note in facts.notes:
+            click.echo(f"  note: {note}")
+    if result.diff:
+        click.echo(result.diff, nl=False)
+    if result.cache_after != result.cache_before:
+        click.echo(f"{result.cache_path.name}: wheel facts {'updated' if write else 'would be updated'}")
+    if check_only:
+        if result.missing:
+            raise Failure(f"the index has torch_xla {', '.join(result.added)}, which the matrix lacks",
+                          rule="update-behind", hint="run `./build.py update --write`, then `./build.py lock "
+                                                     "--stale-only`, and commit the result")
+        click.echo(f"up to date with {result.index_url}")
+        return
+    if not write:
+        click.echo("added: " + ", ".join(result.added) if result.added else "the matrix has every release")
+        return
+    written = upstream.write_update(result)
+    for path in written:
+        click.echo(f"wrote {path}")
+    rendered = sync.write(plan_for_site(plan.matrix_path, plan.site))
+    click.echo(f"rendered: {len(rendered.written)} written, {len(rendered.removed)} removed; "
+               "now run `./build.py lock --stale-only`")
