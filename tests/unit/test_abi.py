@@ -713,22 +713,3 @@ def test_every_undefined_symbol_is_judged_and_its_provider_named(built: Path, tm
     assert "undefined symbol: thp_removed" in (load_error(site / "_c_ext.so") or "")
     (xlac,) = [item for item in report.extensions if item.path == EXTENSION]
     assert dict(xlac.providers).get("torch/lib/libtorch.so", 0) == xlac.torch_symbols > 0
-
-
-def test_headers_an_extension_was_compiled_against_are_read_from_its_assertion_sites(tmp_path: Path) -> None:
-    """The `"header":line` strings TORCH_INTERNAL_ASSERT leaves in a binary, checked against torch/include."""
-    from xla_images.abi.headers import OTHER, SAME, header_evidence
-
-    include = tmp_path / "torch" / "include" / "c10" / "util"
-    include.mkdir(parents=True)
-    (include / "thing.h").write_text("// one\n  TORCH_INTERNAL_ASSERT(x);\n  int y;\n")
-    message = b'INTERNAL ASSERT FAILED at "/venv/torch/include/c10/util/thing.h":%d, please report a bug to PyTorch.'
-    same, other = tmp_path / "same.so", tmp_path / "other.so"
-    same.write_bytes(b"\x7fELF" + b"\0" * 64 + message % 2 + b"\0")
-    other.write_bytes(b"\x7fELF" + b"\0" * 64 + message % 3 + b"\0" + message % 2)
-    assert header_evidence(same, tmp_path / "torch" / "include").verdict == SAME
-    evidence = header_evidence(other, tmp_path / "torch" / "include")
-    assert evidence.verdict == OTHER and evidence.differing == ("c10/util/thing.h:3",) and evidence.sites == 2
-    assert evidence.registration_differing == 0  # thing.h shapes no operator registration
-    assert header_evidence(same, tmp_path / "nowhere") is None  # a torch without headers: nothing can be said
-    assert header_evidence(tmp_path / "torch" / "include" / "c10" / "util" / "thing.h", tmp_path) is None

@@ -41,28 +41,31 @@ _MAX_CONF_BYTES = 1 << 20
 
 
 def configured_directories(root: str = "/") -> tuple[str, ...]:
-    """The directories of /etc/ld.so.conf (and its `include`s) under root, then the defaults; bounded reads."""
+    """The directories of /etc/ld.so.conf under root, its `include`s read where they stand (as ldconfig reads
+    them), then the defaults. Each file is read once and bounded: a cycle of includes or a huge file cannot hang."""
     found: list[str] = []
-    pending, seen = [os.path.join(root, "etc/ld.so.conf")], set()
-    while pending and len(seen) < _MAX_CONF_FILES:
-        name = pending.pop(0)
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            with open(name, "rb") as handle:
-                text = handle.read(_MAX_CONF_BYTES).decode("utf-8", "replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line.startswith("include "):
-                pattern = line.split(None, 1)[1]
-                pending.extend(sorted(glob.glob(os.path.join(root, pattern.lstrip("/")))))
-            elif line.startswith("/"):
-                found.append(os.path.join(root, line.lstrip("/")))
+    _read_conf(root, os.path.join(root, "etc/ld.so.conf"), found, set())
     found.extend(os.path.join(root, directory.lstrip("/")) for directory in DEFAULT_DIRECTORIES)
     return tuple(dict.fromkeys(found))
+
+
+def _read_conf(root: str, name: str, found: list[str], seen: set[str]) -> None:
+    if name in seen or len(seen) >= _MAX_CONF_FILES:
+        return
+    seen.add(name)
+    try:
+        with open(name, "rb") as handle:
+            text = handle.read(_MAX_CONF_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("include "):
+            pattern = line.split(None, 1)[1]
+            for included in sorted(glob.glob(os.path.join(root, pattern.lstrip("/")))):
+                _read_conf(root, included, found, seen)
+        elif line.startswith("/"):
+            found.append(os.path.join(root, line.lstrip("/")))
 
 
 class SystemLibraries:
