@@ -117,7 +117,6 @@ class Scope:
 
     libraries: list[Library]
     not_found: list[tuple[str, str]] = field(default_factory=list)  # (library name, needed by)
-    python_provides: bool = True  # Py*/_Py* symbols come from the interpreter
 
     @property
     def complete(self) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .headers import OTHER
+from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
 from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, PIN_MISMATCH, VERSION_MISMATCH, some)
 
@@ -180,8 +181,8 @@ def _loads(extensions: Sequence[ExtensionCheck], torch_abi: str, torch_version: 
 def _version_line(extension: ExtensionCheck, this: str) -> str:
     pinned = f" ({extension.distribution} requires torch=={extension.requires_torch})" \
         if extension.requires_torch else ""
-    torch_missing = extension.torch_symbols and any(item.problem == VERSION_MISMATCH for item in extension.missing)
-    where = f"{this} does not export under either ABI" if torch_missing else "nothing in its load order exports"
+    torchs = any(is_torch_entity(item.symbol) for item in extension.missing)
+    where = f"{this} does not export under either ABI" if torchs else "no library of its load order exports"
     return (f"{extension.path}{pinned} needs {len(extension.missing)} symbol(s) {where} - it was built against "
             f"another torch version ({some([item.demangled for item in extension.missing], 2)})")
 
