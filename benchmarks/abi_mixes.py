@@ -39,6 +39,13 @@ WHEELS = Path(os.environ.get("XLA_IMAGES_TEST_WHEELS", Path.home() / ".cache" / 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux1_x86_64")  # torch 2.6.0 is tagged manylinux1
 RUN_TIMEOUT = 600
 
+HARNESS = "xla_images_harness"  # the custom operator extension's directory in the view, and its probe
+STREAMS = "xla_images_streams"  # the extension using std::ostringstream, THPDtypeType and c10d:: (class 2)
+GROUND_TRUTH = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "abi" / "ground_truth"
+# What each compiled extension is built from: (source, defines, libraries), its C++ ABI follows its torch's.
+BUILT = {HARNESS: ("operators.cpp", (), ("c10", "torch", "torch_cpu")),
+         STREAMS: ("thp_c10d.cpp", ("STREAM",), ("c10", "torch_cpu", "torch_python"))}
+
 # What each probe prints last when everything it called worked.
 PROBE_OK = "PROBE-OK"
 
@@ -64,6 +71,13 @@ PROBES: dict[str, str] = {
                    "torch.ops.torchaudio._lfilter_core_loop(windows.clone(), a, out)\n"
                    "_lfilter_core_generic_loop(windows.clone(), a, expected)\n"
                    "assert torch.allclose(out, expected), (out, expected)\n"),
+    **{name: ("import ctypes, os, importlib.util, torch\n"
+              f"path = os.path.join(os.path.dirname(importlib.util.find_spec('torch').submodule_search_locations[0]),"
+              f" '{name}', '_ext.so')\n"
+              "library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+              "assert library.harness_entry() == 0\n"
+              + ("assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n"
+                 if name == HARNESS else "")) for name in (HARNESS, STREAMS)},
 }
 
 
@@ -76,34 +90,81 @@ class Mix:
     probes: tuple[str, ...]
     why: str
     ci: bool = False  # in tests/xla's CI subset (small downloads only)
+    headers: str | None = None  # compile the extension (the probe: HARNESS or STREAMS) against this torch release
 
 
+
+# torch 2.6 pins triton 3.2.0 (the host venv has torch 2.9's 3.5): torch_xla 2.6's import reaches triton.
+TRITON = {"2.6.0": "triton==3.2.0"}
+
+
+def _xla(torch: str, xla: str, why: str, ci: bool = False) -> Mix:
+    replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "",
+                                      f"torch_xla=={xla}" if xla != "2.9.0" else "", TRITON.get(torch, "")) if item)
+    return Mix(f"torch {torch} + torch_xla {xla}", replace, ("torch_xla",), why, ci=ci)
+
+
+def _extension(torch: str, package: str, version: str, built_for: str, why: str, ci: bool = False) -> Mix:
+    replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "", f"{package}=={version}") if item)
+    return Mix(f"torch {torch} + {package} {version} (for torch {built_for})", replace, (package,), why, ci=ci)
+
+
+def _operators(torch: str, headers: str, why: str, kind: str = HARNESS) -> Mix:
+    """A custom extension (BUILT[kind]: registering an operator, or using std::ostringstream) compiled here against
+    torch `headers`' include tree and libraries, imported beside torch `torch`."""
+    replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "", TRITON.get(torch, "")) if item)
+    what = "custom operator extension" if kind == HARNESS else "custom extension with std::ostringstream"
+    return Mix(f"torch {torch} + {what} (compiled against torch {headers})", replace, (kind,), why, headers=headers)
+
+
+OLDER, NEWER, CONTROL = ("extension built for the previous torch", "extension built for the next torch",
+                         "control: built for this torch")
 MIXES: tuple[Mix, ...] = (
-    Mix("torch 2.9.0 + torch_xla 2.8.1", ("torch_xla==2.8.1",), ("torch_xla",),
-        "neighbour release: older torch_xla beside the host's newer torch", ci=True),
-    Mix("torch 2.8.0 + torch_xla 2.9.0", ("torch==2.8.0",), ("torch_xla",),
-        "neighbour release: newer torch_xla beside an older torch"),
-    Mix("torch 2.8.0 + torch_xla 2.8.1", ("torch==2.8.0", "torch_xla==2.8.1"), ("torch_xla",),
-        "control: a release pair"),
-    Mix("torch 2.6.0 (pre-cxx11) + torch_xla 2.7.0 (cxx11)", ("torch==2.6.0", "torch_xla==2.7.0"), ("torch_xla",),
-        "ABI mix: pre-C++11 torch, C++11 torch_xla"),
-    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchvision 0.23.0 (for torch 2.8)", ("torchvision==0.23.0",),
-        ("torch_xla", "torchvision"), "extension built for the previous torch", ci=True),
-    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchvision 0.24.0 (for torch 2.9)", ("torchvision==0.24.0",),
-        ("torch_xla", "torchvision"), "control: matching torchvision", ci=True),
-    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchaudio 2.8.0 (for torch 2.8)", ("torchaudio==2.8.0",),
-        ("torch_xla", "torchaudio"), "extension built for the previous torch", ci=True),
-    Mix("torch 2.9.0 + torch_xla 2.9.0 + torchaudio 2.9.0 (for torch 2.9)", ("torchaudio==2.9.0",),
-        ("torch_xla", "torchaudio"), "control: matching torchaudio", ci=True),
-    Mix("torch 2.8.0 + torch_xla 2.8.1 + torchvision 0.24.0 (for torch 2.9)",
-        ("torch==2.8.0", "torch_xla==2.8.1", "torchvision==0.24.0"), ("torch_xla", "torchvision"),
-        "extension built for the next torch"),
-    Mix("torch 2.8.0 + torch_xla 2.8.1 + torchaudio 2.8.0 (for torch 2.8)",
-        ("torch==2.8.0", "torch_xla==2.8.1", "torchaudio==2.8.0"), ("torch_xla", "torchaudio"),
-        "control: matching torchaudio beside torch 2.8"),
-    Mix("torch 2.8.0 + torch_xla 2.8.1 + torchaudio 2.9.0 (for torch 2.9)",
-        ("torch==2.8.0", "torch_xla==2.8.1", "torchaudio==2.9.0"), ("torch_xla", "torchaudio"),
-        "extension built for the next torch"),
+    # torch_xla beside torch, both directions between neighbours (pre-C++11 2.6 <-> C++11 2.7 is an ABI mix).
+    _xla("2.9.0", "2.8.1", "older torch_xla beside a newer torch", ci=True),
+    _xla("2.8.0", "2.9.0", "newer torch_xla beside an older torch"),
+    _xla("2.8.0", "2.8.1", "control: a release pair"),
+    _xla("2.7.0", "2.8.1", "newer torch_xla beside an older torch"),
+    _xla("2.8.0", "2.7.0", "older torch_xla beside a newer torch"),
+    _xla("2.7.0", "2.7.0", "control: a release pair"),
+    _xla("2.6.0", "2.7.0", "ABI mix: pre-C++11 torch, C++11 torch_xla"),
+    _xla("2.7.0", "2.6.0", "ABI mix: C++11 torch, pre-C++11 torch_xla"),
+    _xla("2.6.0", "2.6.0", "control: a pre-C++11 release pair"),
+    _xla("2.9.0", "2.9.0", "control: the host's release pair"),
+    # torchvision (pins torch==X exactly)
+    _extension("2.9.0", "torchvision", "0.23.0", "2.8", OLDER, ci=True),
+    _extension("2.9.0", "torchvision", "0.24.0", "2.9", CONTROL, ci=True),
+    _extension("2.8.0", "torchvision", "0.24.0", "2.9", NEWER),
+    _extension("2.8.0", "torchvision", "0.23.0", "2.8", CONTROL),
+    _extension("2.8.0", "torchvision", "0.22.0", "2.7", OLDER),
+    _extension("2.7.0", "torchvision", "0.23.0", "2.8", NEWER),
+    _extension("2.7.0", "torchvision", "0.22.0", "2.7", CONTROL),
+    _extension("2.7.0", "torchvision", "0.22.1", "2.7.1", "patch-level pin: 0.22.1 pins torch==2.7.1"),
+    _extension("2.6.0", "torchvision", "0.22.0", "2.7", "C++11 extension beside a pre-C++11 torch"),
+    _extension("2.7.0", "torchvision", "0.21.0", "2.6", "pre-C++11 extension beside a C++11 torch"),
+    _extension("2.6.0", "torchvision", "0.21.0", "2.6", CONTROL),
+    # torchaudio (pins torch==X exactly)
+    _extension("2.9.0", "torchaudio", "2.8.0", "2.8", OLDER, ci=True),
+    _extension("2.9.0", "torchaudio", "2.9.0", "2.9", CONTROL, ci=True),
+    _extension("2.8.0", "torchaudio", "2.8.0", "2.8", CONTROL),
+    _extension("2.8.0", "torchaudio", "2.9.0", "2.9", NEWER),
+    _extension("2.8.0", "torchaudio", "2.7.0", "2.7", OLDER),
+    _extension("2.7.0", "torchaudio", "2.8.0", "2.8", NEWER),
+    _extension("2.7.0", "torchaudio", "2.7.0", "2.7", CONTROL),
+    _extension("2.6.0", "torchaudio", "2.7.0", "2.7", "C++11 extension beside a pre-C++11 torch"),
+    _extension("2.7.0", "torchaudio", "2.6.0", "2.6", "pre-C++11 extension beside a C++11 torch"),
+    _extension("2.6.0", "torchaudio", "2.6.0", "2.6", CONTROL),
+    # a custom extension registering an operator, pinned by nothing (class 4 of issue 20)
+    _operators("2.9.0", "2.8.0", "operators compiled against the previous torch's headers"),
+    _operators("2.8.0", "2.9.0", "operators compiled against the next torch's headers"),
+    _operators("2.8.0", "2.7.0", "operators compiled against the previous torch's headers"),
+    _operators("2.7.0", "2.8.0", "operators compiled against the next torch's headers"),
+    _operators("2.8.0", "2.8.0", "control: operators compiled against this torch's headers"),
+    # class 2 of issue 20: C++11, linked against torch 2.7's libc10 (which exports std::__cxx11::basic_ostringstream),
+    # beside the pre-C++11 torch 2.6 whose libc10 does not: the loader binds it to libstdc++
+    _operators("2.6.0", "2.7.0", "C++11 std::ostringstream beside a pre-C++11 torch", STREAMS),
+    _operators("2.7.0", "2.6.0", "pre-C++11 std::ostringstream beside a C++11 torch", STREAMS),
+    _operators("2.7.0", "2.7.0", "control: compiled against this torch", STREAMS),
 )
 
 
@@ -180,7 +241,7 @@ def site_view(directory: Path, host: Path, overlays: list[Path]) -> Path:
 @dataclass
 class Outcome:
     mix: str
-    predicted: str            # abi verdict: compatible | abi mismatch | version mismatch
+    predicted: str            # abi verdict: compatible | pin mismatch | abi mismatch | version mismatch
     predicted_missing: list[str]
     predicted_extensions: dict[str, str]  # extension path -> verdict (for extensions of the probed packages)
     summary: str
@@ -221,8 +282,28 @@ def _probed(path: str, packages: tuple[str, ...]) -> bool:
                for package in packages)
 
 
+def compile_extension(kind: str, headers_site: Path, target: Path) -> None:
+    """BUILT[kind] compiled against the torch in headers_site, with that torch's ABI (torch 2.6: pre-C++11)."""
+    source, defines, libraries = BUILT[kind]
+    torch = headers_site / "torch"
+    target.mkdir(parents=True)
+    include = torch / "include"
+    version = next(headers_site.glob("torch-*.dist-info")).name[len("torch-"):]
+    flag = 0 if version.startswith("2.6.") else 1
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={flag}",
+               *(f"-D{define}" for define in defines), f"-I{include}",
+               f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(GROUND_TRUTH / source), "-o",
+               str(target / "_ext.so"), f"-L{torch / 'lib'}", *(f"-l{library}" for library in libraries)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if completed.returncode != 0:
+        raise RuntimeError(f"cannot compile {source}: {completed.stderr[-800:]}")
+
+
 def run_mix(mix: Mix, scratch: Path) -> Outcome:
     view = site_view(scratch / "site", host_site(), [overlay(requirement) for requirement in mix.replace])
+    if mix.headers is not None:
+        headers_site = host_site() if mix.headers == "2.9.0" else overlay(f"torch=={mix.headers}")
+        compile_extension(mix.probes[0], headers_site, view / mix.probes[0])
     started = time.perf_counter()
     report = abi.check_site_packages(view)
     seconds_check = time.perf_counter() - started
@@ -232,13 +313,16 @@ def run_mix(mix: Mix, scratch: Path) -> Outcome:
     seconds_real = time.perf_counter() - started
     verdicts = {item.verdict for item in extensions}
     predicted = (abi.ABI_MISMATCH if abi.ABI_MISMATCH in verdicts else
-                 abi.VERSION_MISMATCH if abi.VERSION_MISMATCH in verdicts else abi.COMPATIBLE)
+                 abi.VERSION_MISMATCH if abi.VERSION_MISMATCH in verdicts else
+                 abi.PIN_MISMATCH if abi.PIN_MISMATCH in verdicts else abi.COMPATIBLE)
     missing = sorted({item.symbol for extension in extensions for item in extension.missing})
     pins = sorted({f"{item.distribution} pins torch=={item.requires_torch}" for item in extensions
                    if item.pinned_elsewhere})
-    reason = (f"{len(missing)} torch symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
-              if pins else "all symbols resolve")
-    agree = (predicted == abi.COMPATIBLE) == (real == "works")
+    headers = [f"compiled against another torch's headers ({item.header_sites} assertion sites, e.g. "
+               f"{item.header_differences[0]} not in this torch's)" for item in extensions if item.other_headers]
+    reason = (f"{len(missing)} symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
+              if pins else "; ".join(headers) if headers else "all symbols resolve")
+    agree = (predicted in abi.LOADS) == (real == "works")
     if agree and predicted != abi.COMPATIBLE and symbol is not None:
         agree = symbol in missing  # the loader's first failing symbol must be one check named
     return Outcome(mix.name, predicted, missing, {item.path: item.verdict for item in extensions}, report.summary,
@@ -262,12 +346,12 @@ def main() -> None:
     if arguments.json:
         print(json.dumps([asdict(outcome) for outcome in outcomes], indent=2))
         return
-    print("| mix | `abi check` predicts | because | real import + call | agree |")
-    print("|---|---|---|---|---|")
+    print("| mix | `abi check` predicts | because | real import + call | agree | check |")
+    print("|---|---|---|---|---|---|")
     for outcome in outcomes:
         real = outcome.real if outcome.real_symbol is None else f"fails: undefined symbol `{outcome.real_symbol}`"
         print(f"| {outcome.mix} | {outcome.predicted} | {outcome.reason} | {real.replace('|', '/')} | "
-              f"{'yes' if outcome.agree else '**NO**'} |")
+              f"{'yes' if outcome.agree else '**NO**'} | {outcome.seconds_check:.1f} s |")
     print(f"\n{sum(outcome.agree for outcome in outcomes)} of {len(outcomes)} predictions agree")
 
 

@@ -88,7 +88,7 @@ def main() -> None:
     else:
         print("no torch wheel in the cache and no torch installed: torch libraries not timed")
     if site is not None:
-        timed(f"abi check {site}", lambda: abi.check_site_packages(site), arguments.repeat)
+        timed(f"abi check {site}", lambda: abi.check_site_packages(site), arguments.repeat, TARGET_SECONDS)
 
 
 if __name__ == "__main__":

@@ -53,8 +53,9 @@ parameter file's BUILDER_BASE_IMAGE (tag: \$BUILDER_IMAGE, default xla-images/wh
 repository, the workdir and the output are mounted at their own paths inside it.
 With --host: needs git, bazel (or bazelisk named bazel), a C++ toolchain, python X.Y with venv.
 Either way: network access to the source repositories and the package index; hours of CPU time, ~40 GB of disk.
-Environment: PYTORCH_REPO, XLA_REPO (clone URLs), ABI_TOOL (path of xla_images/abi.py; default: abi.py next to
-this script, else \$XLA_IMAGES_ROOT/xla_images/abi.py), ABI_PYTHON (python that runs it; default: the build venv).
+Environment: PYTORCH_REPO, XLA_REPO (clone URLs), ABI_TOOL (the ABI checker: the xla_images/abi package directory or
+its one-file copy abi.pyz; default: abi.pyz next to this script, else \$XLA_IMAGES_ROOT/xla_images/abi), ABI_PYTHON
+(python that runs it; default: the build venv).
 
 Afterwards: ./build.py lock FLAVOUR..., then ./build.py build FLAVOUR... (the flavours the build prints).
 EOF
@@ -190,10 +191,10 @@ jobs=${jobs:-$(nproc)}
 python_cmd=${python_cmd:-python$PYTHON_VERSION}
 builder_image=${BUILDER_IMAGE:-xla-images/wheel-builder:$PYTHON_VERSION}
 if [[ -z ${ABI_TOOL:-} ]]; then
-    if [[ -f $here/abi.py ]]; then
-        ABI_TOOL=$here/abi.py
+    if [[ -f $here/abi.pyz ]]; then
+        ABI_TOOL=$here/abi.pyz
     else
-        ABI_TOOL=$root/xla_images/abi.py
+        ABI_TOOL=$root/xla_images/abi
     fi
 fi
 venv=$workdir/venv
@@ -221,7 +222,7 @@ preflight() {
         return 0
     fi
     [[ ${#missing[@]} == 0 ]] || die "not on PATH: ${missing[*]}. Install them (bazel: use bazelisk, installed as 'bazel'), or build in the builder image (drop --host)."
-    [[ -f $ABI_TOOL ]] || die "the ABI checker $ABI_TOOL does not exist; set ABI_TOOL to a copy of xla_images/abi.py or XLA_IMAGES_ROOT to the repository"
+    [[ -e $ABI_TOOL ]] || die "the ABI checker $ABI_TOOL does not exist; set ABI_TOOL to the xla_images/abi directory (or abi.pyz, its one-file copy) or XLA_IMAGES_ROOT to the repository"
     actual=$("$python_cmd" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || die "$python_cmd does not run"
     [[ $actual == "$PYTHON_VERSION" ]] || die "$python_cmd is python $actual, this build needs $PYTHON_VERSION (pass --python)"
 }
@@ -281,7 +282,7 @@ built_wheel() {
     printf '%s\n' "${matches[0]}"
 }
 
-# Fail unless xla_images/abi.py reports this build's ABI for WHEEL.
+# Fail unless the ABI checker (xla_images/abi) reports this build's ABI for WHEEL.
 check_abi() {
     local wheel=$1 report found
     printf '+ %q %q inspect --json %q  # must report abi %s\n' "$abi_python" "$ABI_TOOL" "$wheel" "$ABI"

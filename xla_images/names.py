@@ -58,7 +58,7 @@ CA_SECRET = "ca.crt"
 # --- inside the image -----------------------------------------------------------------------------------------
 
 # Where the image keeps its python environment; the smoke suite is copied into its site-packages.
-# xla_images/abi.py, standalone by design, keeps its own copy (tests/unit/test_architecture.py compares them).
+# xla_images/abi (words.py), standalone by design, keeps its own copy (tests/unit/test_architecture.py compares them).
 VENV = "/opt/venv"
 
 # --- images on the local engine -------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from xla_images import abi
+from xla_images.abi import inspection
+from xla_images.abi import standalone as abi_standalone
+from xla_images.run import abi_images
 from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError, Failure
 
@@ -171,7 +174,7 @@ def test_std_instantiations_outweigh_old_abi_references(built: Path) -> None:
     library = link_mixed_units(built / "libwrapper.so", {"internal_string.cpp": True, "internal_other.cpp": False})
     with open(library, "rb") as handle:
         info = abi.read_elf_dynamic(handle)
-    if not any(abi.symbol_abi(name)[0] and abi._STD_NAME.match(name) for name in info.defined):
+    if not any(abi.symbol_abi(name)[0] and inspection._STD_NAME.match(name) for name in info.defined):
         pytest.skip("this g++ instantiates no std::string member in the library itself")
     assert any(abi.symbol_abi(symbol.name)[1] for symbol in info.undefined)
     report = abi.classify_shared_object(library)
@@ -491,23 +494,42 @@ def test_check_of_a_wheel_exits_2(built: Path, tmp_path: Path) -> None:
     assert completed.returncode == 2 and "not a directory" in completed.stderr
 
 
-def test_standalone_copy_works_without_xla_images(built: Path, tmp_path: Path) -> None:
-    """The wheel build script copies abi.py alone into a build container: no xla_images there."""
-    copy = tmp_path / "abi.py"
-    shutil.copy(REPO / "xla_images" / "abi.py", copy)
+@pytest.mark.parametrize("form", ["zipapp", "directory"])
+def test_standalone_copy_works_without_xla_images(built: Path, tmp_path: Path, form: str) -> None:
+    """Wheel builds and the in-image check run the tool where xla_images is not installed: the one-file zipapp
+    (copied alone, no pyelftools either) or the package directory run as a script."""
+    if form == "zipapp":
+        tool = abi_standalone.write_zipapp(tmp_path / "abi.pyz")
+        assert abi_standalone.write_zipapp(tmp_path / "again.pyz").read_bytes() == tool.read_bytes()
+    else:
+        tool = REPO / "xla_images" / "abi"
     site = make_site(tmp_path / "site", built, torch_cxx11=True, extension_cxx11=False)
-    driver = ("import runpy, sys; sys.modules['xla_images'] = None; sys.argv = ['abi.py'] + sys.argv[1:]; "
-              f"runpy.run_path({str(copy)!r}, run_name='__main__')")
-    mismatch = subprocess.run([sys.executable, "-I", "-c", driver, "check", str(site.path)], capture_output=True,
+    # -I -S: no PYTHONPATH, no site-packages (no pyelftools, no installed xla_images): the standard library only.
+    mismatch = subprocess.run([sys.executable, "-I", "-S", str(tool), "check", str(site.path)], capture_output=True,
                               text=True, cwd=tmp_path)
     assert mismatch.returncode == 1, mismatch.stderr
     assert "abi mismatch" in mismatch.stdout
-    usage = subprocess.run([sys.executable, "-I", "-c", driver, "check", str(tmp_path / "nowhere")],
+    usage = subprocess.run([sys.executable, "-I", "-S", str(tool), "check", str(tmp_path / "nowhere")],
                            capture_output=True, text=True, cwd=tmp_path)
     assert usage.returncode == 2 and "does not exist" in usage.stderr and "Traceback" not in usage.stderr
-    image = subprocess.run([sys.executable, "-I", "-c", driver, "inspect", "some/image:tag"],
+    image = subprocess.run([sys.executable, "-I", "-S", str(tool), "inspect", "some/image:tag"],
                            capture_output=True, text=True, cwd=tmp_path)
-    assert image.returncode == 2 and "with xla_images installed" in image.stderr
+    assert image.returncode == 2 and "reads paths only" in image.stderr and "[abi-image-reference]" in image.stderr
+
+
+def test_standalone_zipapp_imports_nothing_outside_itself(tmp_path: Path) -> None:
+    """The zipapp is the whole tool: run in an isolated interpreter, it imports no module from outside the archive
+    other than the standard library's."""
+    tool = abi_standalone.write_zipapp(tmp_path / "abi.pyz")
+    code = ("import sys, runpy; sys.argv = ['abi', '--help']\n"
+            "try:\n    runpy.run_path(%r, run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "outside = sorted(name for name, module in sys.modules.items() if getattr(module, '__file__', None)"
+            " and name.split('.')[0] not in sys.stdlib_module_names and %r not in module.__file__)\n"
+            "print(outside)") % (str(tool), str(tool))
+    completed = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip().splitlines()[-1] == "[]"
 
 
 # --- images: engine error paths (the engine is mocked: these are error paths only) -----------------------------
@@ -521,7 +543,7 @@ def test_unknown_image_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(engine.containers, "extract_from_image", no_image)
     with pytest.raises(ConfigError, match="neither an existing path nor an image"):
-        abi.inspect_target("no-such-image:1")
+        abi_images.inspect_target("no-such-image:1")
 
 
 def test_image_without_site_packages_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -535,7 +557,7 @@ def test_image_without_site_packages_is_a_usage_error(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(engine.containers, "extract_from_image", nothing_there)
     with pytest.raises(ConfigError, match="no python site-packages"):
-        abi.check_target("bare-image:1")
+        abi_images.check_target("bare-image:1")
     assert asked == ["/opt/venv/lib", "/usr/local/lib", "/usr/lib/python3/dist-packages"]
 
 
@@ -547,7 +569,7 @@ def test_engine_failures_other_than_missing_paths_propagate(monkeypatch: pytest.
 
     monkeypatch.setattr(engine.containers, "extract_from_image", engine_down)
     with pytest.raises(Failure, match="no Docker engine"):
-        abi.inspect_image("any:1")
+        abi_images.inspect_image("any:1")
 
 
 def test_runnable_as_module_help() -> None:
@@ -572,6 +594,7 @@ def add_distribution(site: Path, name: str, version: str, files: list[str], requ
     ("torch==2.8.0", abi.VERSION_MISMATCH),
     ("torch (==2.8.0)", abi.VERSION_MISMATCH),  # the older metadata spelling (torchaudio 2.8)
     ("torch==2.9.0", abi.COMPATIBLE),
+    ("torch==2.9.1", abi.PIN_MISMATCH),  # another patch release of 2.9: loads (torchvision 0.22.1 beside 2.7.0)
     ("torch>=2.0", abi.COMPATIBLE),
     ('torch==2.8.0; extra == "legacy"', abi.COMPATIBLE),
     (None, abi.COMPATIBLE),
@@ -590,6 +613,9 @@ def test_extension_pinned_to_another_torch_is_a_version_mismatch_though_its_symb
         assert plugin.requires_torch == "2.8.0" and "requires torch==2.8.0" in report.summary
         assert "symbols resolve" in report.summary and "torch 2.9.0+cpu" in report.summary
         assert run_standalone("check", str(site)).returncode == 1
+    if expected == abi.PIN_MISMATCH:
+        assert "pin mismatch" in report.summary and "pip would refuse" in report.summary
+        assert run_standalone("check", str(site)).returncode == 0
 
 
 def test_no_torch_metadata_means_no_pin_verdict(built: Path, tmp_path: Path) -> None:
@@ -631,6 +657,59 @@ def test_operator_registration_is_reported_as_not_checkable(tmp_path: Path) -> N
                                 requires_torch="2.9.0", registers_operators=True)
     xla = abi.ExtensionCheck("_XLAC.so", abi.CXX11, abi.COMPATIBLE, 10, distribution="torch_xla 2.9.0",
                              registers_operators=True)
-    _, summary = abi._site_verdict([extension, pinned, xla], abi.CXX11, "2.9.0")
+    _, summary = abi.site_verdict([extension, pinned, xla], abi.CXX11, "2.9.0")
     assert "runtime operator compatibility not checkable: vision/_C.so register" in summary
     assert "audio/_C.so" not in summary and "_XLAC" not in summary
+
+
+# --- the loader model ---------------------------------------------------------------------------------------------
+
+
+def test_std_symbol_linked_against_torch_binds_to_libstdcxx_beside_a_torch_without_it(tmp_path: Path) -> None:
+    """Issue 20, class 2: an extension linked against a torch that exported a std::__cxx11 instantiation holds an
+    unversioned reference to it; beside a torch that does not export it, the loader binds it to libstdc++ and the
+    extension loads. check must not count it as a missing torch symbol (it did: its twin is in torch)."""
+    old = tmp_path / "build" / "libtorch.so"
+    old.parent.mkdir()
+    (tmp_path / "with.cpp").write_text("#include <sstream>\ntemplate class std::basic_ostringstream<char>;\n"
+                                       "int torch_marker() { return 1; }\n")
+    (tmp_path / "without.cpp").write_text("#include <sstream>\ntemplate class std::basic_ostringstream<char>;\n"
+                                          "int torch_marker() { return 1; }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=1", str(tmp_path / "with.cpp"), "-o",
+                    str(old)], check=True)
+    (tmp_path / "ext.cpp").write_text("#include <sstream>\nint torch_marker();\n"
+                                      "extern \"C\" int entry() { std::ostringstream out; out << torch_marker();"
+                                      " return out.str() == \"1\" ? 0 : 1; }\n")
+    site = tmp_path / "site"
+    (site / "torch" / "lib").mkdir(parents=True)
+    extension = site / "demo" / "_ext.so"
+    extension.parent.mkdir()
+    subprocess.run(["g++", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=1", str(tmp_path / "ext.cpp"), "-o",
+                    str(extension), "-L", str(old.parent), "-ltorch", "-Wl,-rpath,$ORIGIN/../torch/lib"], check=True)
+    unversioned = [symbol for symbol in abi.read_elf_file(extension).undefined
+                   if "basic_ostringstream" in symbol.name and symbol.name.startswith("_ZNSt7__cxx11")]
+    assert unversioned and all(symbol.version is None for symbol in unversioned), "the shape of issue 20"
+    # torch here exports the old-ABI instantiation only: the twin the old check took for a mismatch.
+    subprocess.run(["g++", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=0", str(tmp_path / "without.cpp"), "-o",
+                    str(site / "torch" / "lib" / "libtorch.so")], check=True)
+    report = abi.check_site_packages(site)
+    (checked,) = report.extensions
+    assert checked.verdict == abi.COMPATIBLE, checked
+    assert any(name.endswith("libstdc++.so.6") for name, _ in checked.providers), checked.providers
+    assert load_error(extension) is None
+
+
+def test_every_undefined_symbol_is_judged_and_its_provider_named(built: Path, tmp_path: Path) -> None:
+    """Not only torch::/c10::/at:: names: a plain C symbol no library of the load order defines is missing."""
+    site = make_site(tmp_path / "site", built, torch_cxx11=True, extension_cxx11=True).path
+    (tmp_path / "c.cpp").write_text("extern \"C\" int thp_removed(void);\n"
+                                    "extern \"C\" int entry() { return thp_removed(); }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "c.cpp"), "-o", str(site / "_c_ext.so"), "-L",
+                    str(site / "torch" / "lib"), "-Wl,--no-as-needed", "-ltorch", "-Wl,-rpath,$ORIGIN/torch/lib"],
+                   check=True)
+    report = abi.check_site_packages(site)
+    (checked,) = [item for item in report.extensions if item.path == "_c_ext.so"]
+    assert checked.verdict == abi.VERSION_MISMATCH and [item.symbol for item in checked.missing] == ["thp_removed"]
+    assert "undefined symbol: thp_removed" in (load_error(site / "_c_ext.so") or "")
+    (xlac,) = [item for item in report.extensions if item.path == EXTENSION]
+    assert dict(xlac.providers).get("torch/lib/libtorch.so", 0) == xlac.torch_symbols > 0

@@ -2,8 +2,10 @@
 and empty directories. Each ends in a correct verdict or a usage error (exit 2) naming the path and the rule;
 never a traceback, never a hang, bounded memory.
 
-The seed libraries are real g++ output; a hypothesis property mutates them structure-aware (header and section
-header fields of the dynamic tables set to extreme values, truncations, byte flips) under a per-example deadline.
+The seed libraries are real g++ output; a hypothesis property mutates them structure-aware (elf_mutations: header
+and section header fields of the dynamic tables set to extreme values, truncations, byte flips, version chains that
+run past the file) under a per-example deadline, derandomized with a fixed budget. The random exploration of the
+same mutations is benchmarks/fuzz_abi_elf.py.
 """
 from __future__ import annotations
 
@@ -23,22 +25,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xla_images import abi
+from xla_images.abi import wheel as abi_wheel
+from xla_images.run import abi_images
 from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "abi"
+from elf_mutations import SHDR, VERDEF, VERNEED, compile_library, fixed_bytes, mutate, section_headers, \
+    set_field, version_chain
+
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "_XLAC.cpython-311-x86_64-linux-gnu.so"
 NOBODY = 65534
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile the seed libraries")
-
-
-def compile_library(source: str, output: Path, *flags: str) -> Path:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["g++", "-std=c++17", "-shared", "-fPIC", f"-I{FIXTURES}", str(FIXTURES / source), "-o",
-                    str(output), *flags], check=True, capture_output=True, text=True)
-    return output
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +47,9 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     compile_library("fake_torch.cpp", directory / "torch" / "libtorch.so")
     compile_library("extension.cpp", directory / "extension.so", "-L", str(directory / "torch"), "-ltorch",
                     "-Wl,-rpath,$ORIGIN/torch/lib")
+    # A library that defines symbol versions (a verdef table), as libstdc++ and libc do.
+    (directory / "versions.map").write_text("XLA_TEST_1 { global: *; };\n")
+    compile_library("strings.cpp", directory / "libversioned.so", f"-Wl,--version-script={directory / 'versions.map'}")
     return directory
 
 
@@ -76,38 +78,21 @@ def assert_usage_error(result, *fragments: str, rule: str | None = None) -> None
         assert result.exception.rule == rule, text
 
 
-def run_standalone(*arguments: str, user: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+MEMORY_LIMIT = 1 << 30
+
+
+def run_standalone(*arguments: str, user: int | None = None, timeout: float = 60,
+                   limit_memory: bool = False) -> subprocess.CompletedProcess:
+    """The standalone tool in a subprocess; limit_memory caps its address space at MEMORY_LIMIT."""
     command = [sys.executable, "-m", "xla_images.abi", *arguments]
     if user is not None:
         command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
-# --- the layout of a seed: where the fields worth breaking are --------------------------------------------------
-
-_SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr: name type flags addr offset size link info addralign entsize
-_SECTION_TYPES = {6: "dynamic", 11: "dynsym", 0x6ffffffe: "verneed", 0x6fffffff: "versym"}
-# Offsets inside Elf64_Ehdr of e_shoff, e_shentsize, e_shnum, e_shstrndx.
-_HEADER_FIELDS = ((0x28, 8), (0x3A, 2), (0x3C, 2), (0x3E, 2))
-# Offsets inside Elf64_Shdr of sh_offset, sh_size, sh_link, sh_info, sh_entsize.
-_SECTION_FIELDS = ((0x18, 8), (0x20, 8), (0x28, 4), (0x2C, 4), (0x38, 8))
-
-
-def field_offsets(data: bytes) -> list[tuple[int, int]]:
-    """(offset, width) of the ELF header fields and of the section header fields of the dynamic tables."""
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shnum, = struct.unpack_from("<H", data, 0x3C)
-    fields = list(_HEADER_FIELDS)
-    for index in range(shnum):
-        start = shoff + index * _SHDR.size
-        if _SHDR.unpack_from(data, start)[1] in _SECTION_TYPES:
-            fields.extend((start + offset, width) for offset, width in _SECTION_FIELDS)
-    return fields
-
-
-def set_field(data: bytearray, offset: int, width: int, value: int) -> None:
-    data[offset:offset + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=cap if limit_memory else None)
 
 
 # --- corrupt ELF files -----------------------------------------------------------------------------------------
@@ -121,7 +106,7 @@ def corruptions(seed: bytes) -> dict[str, bytes]:
         "header only": seed[:64],
         "truncated before the section headers": seed[:shoff + 10],
         "truncated in half": seed[:len(seed) // 2],
-        "random bytes after the magic": b"\x7fELF" + os.urandom(4096),
+        "random bytes after the magic": b"\x7fELF" + fixed_bytes(4096, "after-magic"),
         "unknown ELF class": seed[:4] + b"\x09" + seed[5:],
         "unknown byte order": seed[:5] + b"\x07" + seed[6:],
     }
@@ -139,15 +124,10 @@ def corruptions(seed: bytes) -> dict[str, bytes]:
     set_field(broken, 0x3C, 2, 0)
     set_field(broken, shoff + 0x20, 8, (1 << 64) - 1)
     cases["section count from section 0: 2**64-1"] = bytes(broken)
-    # Version needs claiming 2**32-1 entries that chain to themselves (vn_next 0): pyelftools would loop forever.
-    for offset, width in field_offsets(seed):
-        start = offset - (offset - shoff) % _SHDR.size
-        if offset >= shoff and _SHDR.unpack_from(seed, start)[1] == 0x6ffffffe and offset - start == 0x2C:
-            broken = bytearray(seed)
-            set_field(broken, offset, 4, 0xFFFFFFFF)
-            verneed_offset = _SHDR.unpack_from(seed, start)[4]
-            set_field(broken, verneed_offset + 12, 4, 0)  # vn_next of the first entry
-            cases["self-referencing version needs"] = bytes(broken)
+    # Version needs claiming 2**32-1 entries that chain to themselves (vn_next 0): pyelftools looped forever.
+    for start, header in section_headers(seed):
+        if header[1] == VERNEED:
+            cases["self-referencing version needs"] = version_chain(seed, size=header[5], next_offset=0)
     return cases
 
 
@@ -209,39 +189,18 @@ def test_absurd_mangled_names_neither_raise_nor_hang() -> None:
 
 
 def mutations(seed: bytes) -> st.SearchStrategy[bytes]:
-    fields = field_offsets(seed)
-    extreme = st.sampled_from([0, 1, 2, 15, 16, 17, 0xFF, 0xFFFF, 0xFFFFFFFF, len(seed), len(seed) * 2,
-                               (1 << 63) - 1, (1 << 64) - 1])
-
-    @st.composite
-    def field_values(draw: st.DrawFn) -> bytes:
-        data = bytearray(seed)
-        for _ in range(draw(st.integers(1, 4))):
-            offset, width = draw(st.sampled_from(fields))
-            set_field(data, offset, width, draw(st.one_of(extreme, st.integers(0, (1 << 64) - 1))))
-        return bytes(data)
-
-    @st.composite
-    def flips(draw: st.DrawFn) -> bytes:
-        data = bytearray(seed)
-        for _ in range(draw(st.integers(1, 32))):
-            data[draw(st.integers(4, len(data) - 1))] = draw(st.integers(0, 255))
-        return bytes(data)
-
-    truncations = st.integers(4, len(seed) - 1).map(lambda length: seed[:length])
-    garbage = st.binary(min_size=0, max_size=8192).map(lambda tail: b"\x7fELF" + tail)
-    return st.one_of(field_values(), flips(), truncations, garbage)
+    """elf_mutations.mutate with a Random that hypothesis supplies (derandomized with the settings below)."""
+    return st.randoms(use_true_random=False).map(lambda rng: mutate(seed, rng)[1])
 
 
-@pytest.fixture(scope="module")
-def seed_bytes(seeds: Path) -> bytes:
-    return (seeds / "libstrings.so").read_bytes()
-
-
-def test_mutated_elf_files_are_read_or_refused_in_bounded_time_and_memory(seed_bytes: bytes) -> None:
+@pytest.mark.parametrize("library", ["libstrings.so", "libversioned.so"])
+def test_mutated_elf_files_are_read_or_refused_in_bounded_time_and_memory(seeds: Path, library: str) -> None:
+    """Derandomized, fixed budget (CI must be deterministic); benchmarks/fuzz_abi_elf.py explores at random."""
+    seed_bytes = (seeds / library).read_bytes()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
-    @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow], derandomize=False)
+    @settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
+              database=None)
     @given(mutations(seed_bytes))
     def read(data: bytes) -> None:
         try:
@@ -257,7 +216,8 @@ def test_mutated_elf_files_are_read_or_refused_in_bounded_time_and_memory(seed_b
     assert grown_mb < 300, f"peak memory grew by {grown_mb:.0f} MB while reading fuzzed libraries"
 
 
-@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True, database=None)
 @given(data=st.data())
 def test_mutated_extension_in_a_site_is_a_verdict_or_a_usage_error(seeds: Path, tmp_path_factory, data) -> None:
     seed = (seeds / "extension.so").read_bytes()
@@ -267,7 +227,7 @@ def test_mutated_extension_in_a_site_is_a_verdict_or_a_usage_error(seeds: Path, 
     except ConfigError as error:
         assert error.rule in (abi.RULE_ELF, abi.RULE_PATH, "abi-input") and EXTENSION in error.render()
         return
-    assert report.verdict in (abi.COMPATIBLE, abi.ABI_MISMATCH, abi.VERSION_MISMATCH)
+    assert report.verdict in (abi.COMPATIBLE, abi.PIN_MISMATCH, abi.ABI_MISMATCH, abi.VERSION_MISMATCH)
 
 
 # --- wheels ------------------------------------------------------------------------------------------------------
@@ -293,7 +253,7 @@ def test_truncated_wheel_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:
 
 
 def test_non_zip_wheel_is_a_usage_error(tmp_path: Path) -> None:
-    for content in (b"", b"<html>404 Not Found</html>", b"PK\x03\x04" + os.urandom(2000)):
+    for content in (b"", b"<html>404 Not Found</html>", b"PK\x03\x04" + fixed_bytes(2000, "zip")):
         wheel = tmp_path / WHEEL_NAME
         wheel.write_bytes(content)
         assert_usage_error(cli("inspect", str(wheel)), str(wheel), rule=abi.RULE_WHEEL)
@@ -304,7 +264,7 @@ def test_member_with_corrupt_data_names_the_member(seeds: Path, tmp_path: Path) 
     wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": library})
     data = bytearray(wheel.read_bytes())
     start = data.index(b"demo/_s.so") + len("demo/_s.so") + 200  # inside the deflated data of the member
-    data[start:start + 64] = os.urandom(64)
+    data[start:start + 64] = fixed_bytes(64, "member")
     wheel.write_bytes(bytes(data))
     assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", rule=abi.RULE_WHEEL)
 
@@ -338,7 +298,7 @@ def test_member_declaring_more_than_the_limit_is_refused(seeds: Path, tmp_path: 
     """The declared-size bound (4 GiB) without writing 4 GiB: the limit is lowered for the test."""
     wheel = make_wheel(tmp_path / WHEEL_NAME, {"demo/_s.so": (seeds / "libstrings.so").read_bytes()},
                        compression=zipfile.ZIP_STORED)
-    monkeypatch.setattr(abi, "MAX_MEMBER_BYTES", 1000)
+    monkeypatch.setattr(abi_wheel, "MAX_MEMBER_BYTES", 1000)
     assert_usage_error(cli("inspect", str(wheel)), "demo/_s.so", "declares", rule=abi.RULE_WHEEL)
 
 
@@ -453,8 +413,8 @@ def test_sparse_library_claiming_a_huge_symbol_table_is_refused_before_reading(s
     seed = bytearray((seeds / "libstrings.so").read_bytes())
     shoff, = struct.unpack_from("<Q", seed, 0x28)
     shnum, = struct.unpack_from("<H", seed, 0x3C)
-    dynsym = next(shoff + index * _SHDR.size for index in range(shnum)
-                  if _SHDR.unpack_from(seed, shoff + index * _SHDR.size)[1] == 11)
+    dynsym = next(shoff + index * SHDR.size for index in range(shnum)
+                  if SHDR.unpack_from(seed, shoff + index * SHDR.size)[1] == 11)
     set_field(seed, dynsym + 0x20, 8, 3 << 29)
     sparse = tmp_path / "libsparse.so"
     with open(sparse, "wb") as handle:
@@ -463,6 +423,27 @@ def test_sparse_library_claiming_a_huge_symbol_table_is_refused_before_reading(s
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert_usage_error(cli("inspect", str(sparse)), "libsparse.so", "claims", rule=abi.RULE_ELF)
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 100
+
+
+@pytest.mark.parametrize("size", ["twice the file", "64 GiB"])
+@pytest.mark.parametrize("table", ["version needs", "version definitions"])
+def test_version_table_past_the_file_with_a_zero_next_is_refused_quickly(seeds: Path, tmp_path: Path, size: str,
+                                                                       table: str) -> None:
+    """Issue 19: the random fuzz once made a library whose version-need table runs past the file and whose vn_next
+    is 0; `abi inspect` looped for 20+ minutes and grew to 9 GB. Fixed here as a regression, run under a 1 GiB
+    address-space limit and a 20 s timeout: exit 2 naming the file and the rule, within seconds."""
+    library = "libstrings.so" if table == "version needs" else "libversioned.so"
+    seed = (seeds / library).read_bytes()
+    claimed = len(seed) * 2 if size == "twice the file" else 1 << 36
+    broken = tmp_path / "libloop.so"
+    broken.write_bytes(version_chain(seed, size=claimed, next_offset=0,
+                                     kind=VERNEED if table == "version needs" else VERDEF))
+    for command in ("inspect", "check"):
+        target = broken if command == "inspect" else site_with(tmp_path / "site", seeds, extension=broken.read_bytes())
+        completed = run_standalone(command, str(target), limit_memory=True, timeout=20)
+        assert completed.returncode == 2, completed.stdout + completed.stderr
+        assert "[abi-elf-readable]" in completed.stderr and "Traceback" not in completed.stderr
+        assert ("libloop.so" if command == "inspect" else EXTENSION) in completed.stderr
 
 
 @pytest.mark.parametrize("target", ["", " ", "UPPER:Bad Ref", "a@sha256:zzz", "repo:" + "t" * 200, "x" * 600,
@@ -482,4 +463,4 @@ def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
 @pytest.mark.parametrize("target", ["xla-images/base:3.11", "localhost:5000/xla/img:r2.9.0_3.11_cpu", "ubuntu",
                                     "ghcr.io/org/img@sha256:" + "a" * 64, "a__b/c.d-e:T_1.2"])
 def test_valid_image_references_pass_the_syntax_check(target: str) -> None:
-    abi.check_image_reference(target)
+    abi_images.check_image_reference(target)

@@ -35,14 +35,15 @@ def test_the_import_contracts_hold() -> None:
 
 
 def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> None:
-    """The same contracts over a stand-in xla_images whose model imports run, whose cli imports docker and
-    whose smoke suite imports xla_images: lint-imports must fail and name each import."""
+    """The same contracts over a stand-in xla_images whose model imports run, whose cli imports docker, whose
+    ABI package's reader imports its checker and run, and whose smoke suite imports xla_images: lint-imports must
+    fail and name each import."""
     package = tmp_path / "xla_images"
     layers = CONTRACTS["contracts"][0]["layers"]
     run_modules = CONTRACTS["contracts"][1]["layers"][0].split(" : ")
     modules = [name.strip() for layer in layers for name in layer.replace("|", ":").split(":")]
     for name in modules:
-        if name in ("cli", "run", "generate", "model"):
+        if name in ("cli", "run", "generate", "model", "abi"):
             (package / name).mkdir(parents=True)
             (package / name / "__init__.py").write_text("")
         else:
@@ -51,6 +52,11 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     (package / "__init__.py").write_text("")
     for name in run_modules + [layer.strip() for layer in CONTRACTS["contracts"][1]["layers"][1:]]:
         (package / "run" / f"{name}.py").write_text("")
+    abi_contract = next(contract for contract in CONTRACTS["contracts"] if contract["id"] == "abi-modules")
+    for layer in abi_contract["layers"]:
+        for name in layer.split(" : "):
+            (package / "abi" / f"{name.strip()}.py").write_text("")
+    (package / "abi" / "elf.py").write_text("from xla_images.abi import check\nfrom xla_images.run import build\n")
     (package / "model" / "flavour.py").write_text("from xla_images.run import build\n")
     (package / "cli" / "common.py").write_text("import docker\n")
     (package / "run" / "engine.py").write_text("from xla_images.run import publish\n")
@@ -62,7 +68,8 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     result = lint_imports(tmp_path, tmp_path, tmp_path / "smoke", config=tmp_path / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
     for broken in ("xla_images.model.flavour -> xla_images.run.build", "xla_images.cli.common -> docker",
-                   "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names"):
+                   "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names",
+                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.build"):
         assert broken in result.stdout, result.stdout
     assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
 
@@ -88,6 +95,6 @@ def test_names_imports_only_the_standard_library() -> None:
 
 
 def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:
-    """abi.py runs alone inside wheel builds (stdlib + pyelftools), so it keeps its own copies of these."""
+    """xla_images.abi runs alone inside wheel builds and images (stdlib + errors), so it keeps its own copies."""
     assert (abi.CXX11, abi.PRE_CXX11) == (Abi.CXX11.value, Abi.PRE_CXX11.value)
     assert abi.SITE_PACKAGES_GLOBS[0] == f"{names.VENV}/lib/python3.*/site-packages"

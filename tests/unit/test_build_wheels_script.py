@@ -4,7 +4,7 @@ against stub build tools, on the host (--host) and through a stub docker that st
 The stubs stand in for git, python (setup.py / pip / venv) and bazel, record every call with the environment
 variables that choose the ABI and the wheel version, and compile a tiny C++ shared object with g++ using the ABI
 flags they were given, exactly where upstream's build would decide it. The script's ABI check then runs the real
-xla_images/abi.py on the wheels, so a build that ignores the ABI setting really fails the check.
+the ABI checker (xla_images/abi) on the wheels, so a build that ignores the ABI setting really fails the check.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from xla_images import abi, names
+from xla_images.abi.standalone import write_zipapp
 from xla_images.generate import render
 from xla_images.model.flavour import Abi
 
@@ -346,8 +347,8 @@ def test_real_run_builds_checks_and_copies_both_wheels(tmp_path: Path, build: st
     log = tmp_path / "calls.jsonl"
     stubs = install_stubs(tmp_path / "stubs")
     if wanted is Abi.CXX11:
-        # The shipped copy next to the script, as when the folder is copied elsewhere.
-        shutil.copy(REPO / "xla_images" / "abi.py", script.parent / "abi.py")
+        # The one-file tool next to the script, as when the folder is copied elsewhere.
+        write_zipapp(script.parent / "abi.pyz")
         env, output, extra = stub_env(stubs, log), tmp_path / "wheelhouse" / "built", []
     else:
         env = stub_env(stubs, log, XLA_IMAGES_ROOT=str(REPO))

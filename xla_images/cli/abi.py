@@ -11,6 +11,7 @@ from rich.table import Table
 
 from .. import abi as abi_tools
 from ..errors import Failure
+from ..run import abi_images
 
 MISSING_SHOWN = 20
 
@@ -38,7 +39,7 @@ def inspect_command(target: str, as_json: bool) -> None:
       build.py abi inspect wheelhouse/torch_xla-2.9.0-cp311-cp311-manylinux_2_28_x86_64.whl
       build.py abi inspect xla:r2.9.0_3.11_tpuvm --json | jq '.[].abi'
     """
-    reports = abi_tools.inspect_target(target)
+    reports = abi_images.inspect_target(target)
     if as_json:
         _print_json(reports, single=abi_tools.is_path_target(target))
         return
@@ -55,17 +56,21 @@ def check_command(target: str, as_json: bool) -> None:
     """Would torch_xla's _XLAC and every other extension linking torch load beside this torch?
 
     \b
-    Resolves their undefined C++ symbols against what torch's libraries export. Verdicts:
+    Binds every undefined symbol of each extension in the order the dynamic loader would (its DT_NEEDED
+    closure with RUNPATH/RPATH/$ORIGIN, torch's libraries, the system's) and weighs torch pins. Verdicts:
       compatible        everything resolves (exit 0)
+      pin mismatch      everything resolves and it was built for this torch X.Y, but its metadata pins
+                        another patch release: it loads; pip would refuse the set (exit 0)
       abi mismatch      symbols exist only with the other ABI's mangling (exit 1)
-      version mismatch  symbols exist under neither ABI, or its metadata pins another torch release
-                        (Requires-Dist: torch==X): built against another torch (exit 1)
+      version mismatch  symbols exist in no library of the load order under either ABI, or its metadata
+                        pins another torch X.Y release: built against another torch (exit 1)
     Symbols resolving does not prove that operator registrations match: the verdict says so for extensions
-    that register torch operators without pinning this torch.
+    that register torch operators without pinning this torch. For an image the image's system libraries
+    are not read (the image checks run the tool inside the image).
     TARGET is a site-packages directory (or a venv) or, if no such path exists, an image.
     Bad paths and targets without torch exit 2.
     """
-    reports = abi_tools.check_target(target)
+    reports = abi_images.check_target(target)
     if as_json:
         _print_json(reports, single=abi_tools.is_path_target(target))
     else:
@@ -104,26 +109,27 @@ def _print_package(console: Console, report: abi_tools.PackageReport) -> None:
 
 def _print_check(console: Console, report: abi_tools.CheckReport) -> None:
     torch = f"torch {report.torch_version}, " if report.torch_version else "torch: "
-    table = Table("verdict", "abi", "torch symbols", "missing", "extension", "distribution (pins)",
+    table = Table("verdict", "abi", "symbols", "from torch", "missing", "extension", "distribution (pins)",
                   title=escape(f"{report.path} ({torch}{report.torch_abi} ABI)"))
     for extension in report.extensions:
         owner = extension.distribution or "-"
         if extension.requires_torch:
             owner += f" (torch=={extension.requires_torch})"
-        table.add_row(extension.verdict, extension.abi, str(extension.torch_symbols), str(len(extension.missing)),
-                      escape(extension.path), escape(owner))
+        table.add_row(extension.verdict, extension.abi, str(extension.symbols), str(extension.torch_symbols),
+                      str(len(extension.missing)), escape(extension.path), escape(owner))
     console.print(table)
     for extension in report.extensions:
         # Symbols bound to torch_xla's CUDA stub are not in torch either: shown with the missing ones, marked so.
         not_in_torch = (*extension.missing, *extension.from_cuda_stub)
         if not not_in_torch:
             continue
-        missing = Table("problem", "missing symbol", "torch exports instead",
-                        title=escape(f"not in torch, needed by {extension.path}"))
+        missing = Table("problem", "missing symbol", "exported instead",
+                        title=escape(f"bound by nothing in the load order, needed by {extension.path}"))
         for item in not_in_torch[:MISSING_SHOWN]:
             missing.add_row(item.problem, escape(item.demangled), escape(item.twin_demangled or "-"))
         console.print(missing)
         if len(not_in_torch) > MISSING_SHOWN:
             console.print(f"... and {len(not_in_torch) - MISSING_SHOWN} more (--json lists all)")
-    style = ("yellow" if report.needs_cuda_unavailable else "green") if report.compatible else "red"
+    cautious = report.needs_cuda_unavailable or report.verdict == abi_tools.PIN_MISMATCH
+    style = ("yellow" if cautious else "green") if report.compatible else "red"
     console.print(f"[{style}]{escape(report.summary)}[/{style}]", highlight=False)

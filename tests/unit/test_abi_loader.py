@@ -1,0 +1,93 @@
+"""xla_images.abi.loader: the load order it models against what glibc's loader does with the same libraries.
+
+Three tiny C libraries, a -> b -> c, with b and c in their own directories, found only through a's search path:
+DT_RPATH is inherited by what a's dependencies need, DT_RUNPATH is not. Each is loaded for real in a fresh process
+(an earlier load would satisfy the name), and the model must find what the loader finds.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_images.abi import loader
+from xla_images.abi.check import host_system
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the libraries")
+
+SOURCES = {
+    "c/libc_dep.so": ("int c_value(void) { return 3; }\n", ()),
+    "b/libb_dep.so": ("int c_value(void);\nint b_value(void) { return c_value() + 2; }\n", ("-Lc", "-lc_dep")),
+}
+TOP = "int b_value(void);\nint a_value(void) { return b_value() + 1; }\n"
+
+
+def build(directory: Path) -> dict[str, Path]:
+    for relative, (source, flags) in SOURCES.items():
+        (directory / relative).parent.mkdir(parents=True, exist_ok=True)
+        (directory / "src.c").write_text(source)
+        subprocess.run(["gcc", "-shared", "-fPIC", "src.c", "-o", relative, *flags], cwd=directory, check=True)
+    tops = {}
+    for name, tags in (("rpath", "--disable-new-dtags"), ("runpath", "--enable-new-dtags")):
+        (directory / "src.c").write_text(TOP)
+        subprocess.run(["gcc", "-shared", "-fPIC", "src.c", "-o", f"liba_{name}.so", "-Lb", "-lb_dep",
+                        f"-Wl,{tags},-rpath,$ORIGIN/b:$ORIGIN/c"], cwd=directory, check=True)
+        tops[name] = directory / f"liba_{name}.so"
+    return tops
+
+
+def loads_for_real(path: Path) -> bool:
+    code = "import ctypes, os, sys; print(ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW).a_value())"
+    completed = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                               env={key: value for key, value in os.environ.items() if key != "LD_LIBRARY_PATH"})
+    return completed.returncode == 0 and completed.stdout.strip() == "6"
+
+
+@pytest.mark.parametrize("tag", ["rpath", "runpath"])
+def test_search_paths_are_followed_as_the_loader_follows_them(tmp_path: Path, tag: str) -> None:
+    top = build(tmp_path)[tag]
+    model = loader.Loader(tmp_path, host_system())
+    order, not_found = model.closure([model.library(top)])
+    names = [library.path.name for library in order]
+    assert names[:2] == [top.name, "libb_dep.so"]
+    if tag == "rpath":  # DT_RPATH is searched for the dependencies' needs too
+        assert "libc_dep.so" in names and not not_found
+    else:  # DT_RUNPATH only for the object's own DT_NEEDED
+        assert not_found == [("libc_dep.so", "b/libb_dep.so")]
+    assert loads_for_real(top) == (tag == "rpath")
+
+
+def test_a_library_already_loaded_satisfies_its_name(tmp_path: Path) -> None:
+    """As after `import torch`: a needed name that a loaded library carries (soname or file name) is that one."""
+    top = build(tmp_path)["runpath"]
+    model = loader.Loader(tmp_path, host_system())
+    model.preload([model.library(tmp_path / "c" / "libc_dep.so")])
+    _, not_found = model.closure([model.library(top)])
+    assert not_found == []
+
+
+def test_first_definition_in_load_order_provides_a_symbol(tmp_path: Path) -> None:
+    top = build(tmp_path)["rpath"]
+    model = loader.Loader(tmp_path, host_system())
+    interpreter, _ = model.global_scope(tmp_path / "no-torch-here")
+    order, _ = model.closure([model.library(top)])
+    table = loader.SymbolTable([*interpreter, *order])
+    assert table.provider("c_value").path.name == "libc_dep.so"
+    assert table.provider("b_value").path.name == "libb_dep.so"
+    assert table.provider("malloc").path.name == "libc.so.6"
+    assert table.provider("no_such_symbol_anywhere") is None
+
+
+def test_system_directories_come_from_ld_so_conf_and_its_includes(tmp_path: Path) -> None:
+    (tmp_path / "etc" / "ld.so.conf.d").mkdir(parents=True)
+    (tmp_path / "etc" / "ld.so.conf").write_text("# comment\ninclude /etc/ld.so.conf.d/*.conf\n/opt/first\n")
+    (tmp_path / "etc" / "ld.so.conf.d" / "a.conf").write_text("/opt/included\n")
+    (tmp_path / "etc" / "ld.so.conf.d" / "loop.conf").write_text("include /etc/ld.so.conf\n")  # a cycle: read once
+    directories = loader.configured_directories(str(tmp_path))
+    assert directories[:2] == (str(tmp_path / "opt" / "included"), str(tmp_path / "opt" / "first"))
+    assert str(tmp_path / "lib" / "x86_64-linux-gnu") in directories
+    assert not loader.SystemLibraries(None).known and loader.SystemLibraries(None).find("libc.so.6") is None

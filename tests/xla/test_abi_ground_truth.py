@@ -1,0 +1,177 @@
+"""Ground truth for `abi check` (issue 20): extensions compiled here against the host's torch with both
+`_GLIBCXX_USE_CXX11_ABI` values, each loaded for real in a fresh python beside that torch, and every verdict
+compared with what the load did.
+
+The extensions use a std::string API of c10, plain tensor APIs with an operator registered by TORCH_LIBRARY, a
+plain-C libtorch_python export (THPDtypeType) and a c10d:: function; one needs a c10d:: function and a THP* C symbol
+this torch does not export (as an extension built against another release does: class 1 of issue 20), one needs
+THPDtypeType without linking libtorch_python (loaded by `import torch`, but RTLD_LOCAL: invisible to it), and one
+belongs to a distribution pinning another patch release of this torch (class 3: a pin mismatch that loads).
+Across torch releases the same comparison is benchmarks/abi_mixes.py.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from xla_images import abi
+
+SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"
+HARNESS = "harness"
+
+
+@dataclass(frozen=True)
+class Case:
+    source: str
+    cxx11: bool
+    libraries: tuple[str, ...]
+    defines: tuple[str, ...] = ()
+    pin_next_patch: bool = False  # its distribution pins torch==X.Y.(Z+1)
+
+    @property
+    def registers(self) -> bool:
+        return self.source == "operators.cpp"
+
+
+CASES = {
+    "strings-cxx11": Case("strings_api.cpp", True, ("c10",)),
+    "strings-pre-cxx11": Case("strings_api.cpp", False, ("c10",)),
+    "operators-cxx11": Case("operators.cpp", True, ("c10", "torch", "torch_cpu")),
+    "operators-pre-cxx11": Case("operators.cpp", False, ("c10", "torch", "torch_cpu")),
+    "thp-c10d": Case("thp_c10d.cpp", True, ("c10", "torch_cpu", "torch_python")),
+    "thp-c10d-pre-cxx11": Case("thp_c10d.cpp", False, ("c10", "torch_cpu", "torch_python")),
+    "thp-c10d-removed": Case("thp_c10d.cpp", True, ("c10", "torch_cpu", "torch_python"), ("REMOVED",)),
+    "thp-without-libtorch-python": Case("thp_c10d.cpp", True, ("c10", "torch_cpu")),
+    "operators-pinned-next-patch": Case("operators.cpp", True, ("c10", "torch", "torch_cpu"), pin_next_patch=True),
+}
+
+
+def _torch_package() -> Path | None:
+    spec = importlib.util.find_spec("torch")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+TORCH = _torch_package()
+pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable by {sys.executable}"),
+              pytest.mark.skipif(not (TORCH and (TORCH / "include").is_dir()), reason="torch has no headers")]
+
+
+def compile_case(name: str, case: Case, output: Path) -> Path:
+    include = TORCH / "include"
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}",
+               *(f"-D{define}" for define in case.defines), f"-I{include}",
+               f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCES / case.source), "-o", str(output),
+               f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries)]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    assert completed.returncode == 0, f"{name}: {completed.stderr[-2000:]}"
+    return output
+
+
+def torch_version() -> str:
+    (info,) = TORCH.parent.glob("torch-*.dist-info")
+    return info.name[len("torch-"):-len(".dist-info")]
+
+
+def next_patch(version: str) -> str:
+    major, minor, patch = version.split("+")[0].split(".")[:3]
+    return f"{major}.{minor}.{int(patch) + 1}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site-packages of symlinks to this torch (and its dist-info) with the compiled extensions beside it."""
+    root = tmp_path_factory.mktemp("ground-truth-site")
+    (root / "torch").symlink_to(TORCH)
+    for info in TORCH.parent.glob("torch-*.dist-info"):
+        (root / info.name).symlink_to(info)
+    for name, case in CASES.items():
+        (root / HARNESS / name).mkdir(parents=True)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda item: compile_case(item[0], item[1], root / HARNESS / item[0] / "_ext.so"),
+                      CASES.items()))
+    for name, case in CASES.items():
+        distribution = f"xla_images_harness_{name.replace('-', '_')}-1.0"
+        info = root / f"{distribution}.dist-info"
+        info.mkdir()
+        (info / "RECORD").write_text(f"{HARNESS}/{name}/_ext.so,,\n")
+        pin = f"Requires-Dist: torch=={next_patch(torch_version())}\n" if case.pin_next_patch else ""
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n{pin}")
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(site: Path) -> abi.CheckReport:
+    started = time.monotonic()
+    checked = abi.check_site_packages(site)
+    print(f"abi check of the ground-truth site: {time.monotonic() - started:.1f} s")
+    return checked
+
+
+def load_for_real(path: Path, registers: bool) -> subprocess.CompletedProcess:
+    """`import torch`, then dlopen the extension as python imports one (RTLD_NOW | RTLD_LOCAL) and call it."""
+    code = ("import ctypes, os, sys, torch\n"
+            "library = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+            "assert library.harness_entry() == 0\n"
+            "if sys.argv[2] == '1':\n"
+            "    assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n")
+    return subprocess.run([sys.executable, "-c", code, str(path), str(int(registers))], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_verdict_equals_the_real_load(site: Path, report: abi.CheckReport, name: str) -> None:
+    relative = f"{HARNESS}/{name}/_ext.so"
+    (extension,) = [item for item in report.extensions if item.path == relative]
+    loaded = load_for_real(site / relative, CASES[name].registers)
+    real = "loads" if loaded.returncode == 0 else (loaded.stderr.strip().splitlines() or ["?"])[-1]
+    predicted = "loads" if extension.verdict in abi.LOADS else "fails"
+    print(f"{name}: {extension.verdict} ({extension.symbols} symbols, missing "
+          f"{[item.demangled for item in extension.missing][:3]}); real: {real}")
+    assert predicted == ("loads" if real == "loads" else "fails"), (extension, real)
+
+
+def test_each_class_of_issue_20_gets_its_verdict(report: abi.CheckReport) -> None:
+    """What the cases are for: each is judged by the rule it exercises (not only loads/fails)."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    assert verdicts["strings-cxx11"].verdict == abi.COMPATIBLE
+    assert verdicts["strings-pre-cxx11"].verdict == abi.ABI_MISMATCH
+    removed = verdicts["thp-c10d-removed"]
+    assert removed.verdict == abi.VERSION_MISMATCH  # class 1: symbols outside torch::/c10::/at:: are judged too
+    assert {item.symbol for item in removed.missing} == {"THPXlaImagesHarness_RemovedInThisRelease",
+                                                         "_ZN4c10d42xla_images_harness_removed_in_this_releaseEv"}
+    unlinked = verdicts["thp-without-libtorch-python"]
+    assert unlinked.verdict == abi.VERSION_MISMATCH and [item.symbol for item in unlinked.missing] == ["THPDtypeType"]
+    assert verdicts["operators-pinned-next-patch"].verdict == abi.PIN_MISMATCH  # class 3
+    assert verdicts["operators-cxx11"].registers_operators
+    providers = dict(verdicts["thp-c10d"].providers)
+    assert any(name.endswith("libtorch_python.so") for name in providers), providers
+
+
+def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Path, tmp_path: Path) -> None:
+    """The exit codes as documented: a pin mismatch alone loads (0); any abi/version mismatch is 1."""
+    only_pin = tmp_path / "pin-only"
+    only_pin.mkdir()
+    for entry in site.iterdir():
+        if entry.name != HARNESS and "harness" not in entry.name:
+            (only_pin / entry.name).symlink_to(entry.resolve())
+    pinned = "operators-pinned-next-patch"
+    (only_pin / HARNESS / pinned).mkdir(parents=True)
+    (only_pin / HARNESS / pinned / "_ext.so").symlink_to(site / HARNESS / pinned / "_ext.so")
+    info = next(site.glob("xla_images_harness_operators_pinned_next_patch-*.dist-info"))
+    (only_pin / info.name).symlink_to(info)
+    repository = Path(abi.__file__).resolve().parents[2]
+    environment = {**os.environ, "PYTHONPATH": str(repository)}
+    pin = subprocess.run([sys.executable, "-m", "xla_images.abi", "check", str(only_pin)], capture_output=True,
+                         text=True, env=environment, timeout=300)
+    assert pin.returncode == 0 and "pin mismatch" in pin.stdout, pin.stdout + pin.stderr
+    mixed = subprocess.run([sys.executable, "-m", "xla_images.abi", "check", str(site)], capture_output=True,
+                           text=True, env=environment, timeout=300)
+    assert mixed.returncode == 1, mixed.stdout + mixed.stderr

@@ -1,0 +1,269 @@
+"""`check`: would torch_xla's `_XLAC` and every other extension linking torch load beside the torch of a
+site-packages? Each extension's undefined symbols are judged in the load order `loader` models; the verdicts and
+their words are in `verdict`.
+
+A symbol the load order does not provide is an ``abi mismatch`` when some library exports its twin under the
+other ABI (see `mangling.abi_neutral_key`), else a ``version mismatch``. When the order is incomplete (a needed
+library was not found, or the system libraries are unknown: an image read from outside), a symbol found nowhere
+is only blamed when it is one of torch's own entities or has a twin; the others are counted as unjudged.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from .elf import ElfDynamic
+from .headers import header_evidence
+from .files import missing_path_error, walk_shared_objects
+from .inspection import classify_dynamic, package_abi
+from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
+    is_python_symbol, version_defined
+from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_key, demangle, is_torch_entity, \
+    symbol_abi
+from .metadata import Distribution, distributions_of, installed_torch_version
+from .verdict import CheckReport, ExtensionCheck, MissingSymbol, built_with, extension_verdict, site_verdict
+from .words import ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, FROM_CUDA_STUB, VERSION_MISMATCH, usage_error
+
+
+def host_system() -> SystemLibraries:
+    """This machine's system libraries (ld.so.conf, then the default directories)."""
+    return SystemLibraries(configured_directories("/"))
+
+
+def check_site_packages(path: Path, system: SystemLibraries | None = None, *,
+                        display: str | None = None) -> CheckReport:
+    """Judge every extension under a site-packages (or a venv root holding one). system: the target's system
+    libraries (default: this machine's)."""
+    site = find_torch_site(Path(path))
+    return _check_site(site, display=display or str(path), system=system or host_system())
+
+
+def check_path_target(target: str) -> CheckReport:
+    """The command line's path argument: a site-packages or a venv; anything else is a usage error."""
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise missing_path_error(path, "pass a site-packages directory or an image reference")
+    if not path.is_dir():
+        raise usage_error(f"{path} is not a directory",
+                          hint="check needs torch and the extensions side by side: pass a site-packages "
+                               "(e.g. `pip install --target DIR torch torch_xla` then DIR) or an image")
+    return check_site_packages(path)
+
+
+def find_torch_site(path: Path) -> Path:
+    """path itself when it holds torch/lib, else the one lib/python3.*/site-packages under it (a venv root)."""
+    if not path.is_dir():
+        raise usage_error(f"{path} is not a directory", hint="pass a site-packages directory or a venv")
+    if has_torch_libraries(path):
+        return path
+    candidates = [site for site in sorted(path.glob("lib/python3.*/site-packages")) if has_torch_libraries(site)]
+    if len(candidates) == 1:
+        return candidates[0]
+    raise usage_error(f"no torch found in {path}",
+                      hint="pass the site-packages directory that holds torch/lib/libtorch*.so "
+                           "(e.g. VENV/lib/python3.11/site-packages)")
+
+
+def has_torch_libraries(site: Path) -> bool:
+    library = site / "torch" / "lib"
+    return library.is_dir() and (any(library.glob("libtorch*.so*")) or any(library.glob("libc10*.so*")))
+
+
+def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckReport:
+    loader = Loader(site, system)
+    torch, others = _split_site(site, loader)
+    loader.preload([library for library in torch if library.path.name.startswith("_C.")] or torch)
+    torch_keys = {os.path.realpath(library.path) for library in torch}
+    torch_names = {name for library in torch for name in (library.path.name, library.summary().soname) if name}
+    twins = _TwinIndex(name for library in torch for name in library.symbols().defined)
+    stub = next((library for relative, library in others if _is_cuda_stub(relative)), None)
+    global_libraries, global_missing = loader.global_scope(site / "torch" / "lib")
+    torch_version = installed_torch_version(site)
+    linking = [(relative, library) for relative, library in others if _links_torch(relative, library, torch_names)]
+    owners = distributions_of(site, {relative for relative, _ in linking})
+    extensions = []
+    for relative, library in linking:
+        local, not_found = loader.closure([library], extra_directories=[str(library.path.parent)])
+        scope = Scope(_unique([*global_libraries, *local]), [*global_missing, *not_found])
+        scope_ok = scope.complete and system.known
+        uses_stub = stub if stub is not None and _loads_after_cuda_stub(relative) else None
+        checked = _check_extension(relative, library, scope, scope_ok, torch_keys, twins, uses_stub)
+        checked = _with_distribution(checked, owners.get(relative), torch_version)
+        extensions.append(_with_headers(checked, library, site / "torch" / "include", torch_version))
+    torch_abi = package_abi(classify_dynamic(library.symbols(), library.display) for library in torch)
+    extensions = _demangle_missing(extensions)
+    verdict, summary = site_verdict(extensions, torch_abi, torch_version)
+    return CheckReport(display, verdict, summary, torch_abi,
+                       tuple(str(library.path.relative_to(site)) for library in torch), tuple(extensions),
+                       torch_version, system.known)
+
+
+def _split_site(site: Path, loader: Loader) -> tuple[list[Library], list[tuple[str, Library]]]:
+    """(torch's own shared objects, (relative path, library) of every other one) under site."""
+    torch: list[Library] = []
+    others: list[tuple[str, Library]] = []
+    for relative, full in walk_shared_objects(site):
+        parts = Path(relative).parts
+        library = loader.library(full)
+        if parts[0] == "torch" and (len(parts) == 2 or parts[1] == "lib"):
+            torch.append(library)
+        elif parts[0] != "torch":
+            others.append((relative, library))
+    return torch, others
+
+
+def _unique(libraries: Sequence[Library]) -> list[Library]:
+    seen: set[int] = set()
+    return [library for library in libraries if not (id(library) in seen or seen.add(id(library)))]
+
+
+def _links_torch(relative: str, library: Library, torch_names: set[str]) -> bool:
+    """Is this an extension of torch? _XLAC always is; others DT_NEED a torch library or name torch symbols.
+
+    DT_NEEDED alone is not enough: linked with --as-needed (Debian's default), an extension built with the
+    other ABI than torch satisfies none of its symbols from libc10/libtorch, so the linker drops them.
+    """
+    summary = library.summary()
+    return (os.path.basename(relative).startswith("_XLAC") or bool(torch_names.intersection(summary.needed))
+            or TORCH_NAMESPACE_BYTES.search(summary.mentions) is not None)
+
+
+def _is_cuda_stub(relative: str) -> bool:
+    return "/" not in relative and relative.startswith(CUDA_STUB_PREFIX)
+
+
+def _loads_after_cuda_stub(relative: str) -> bool:
+    return "/" not in relative and relative.startswith("_XLAC") and not _is_cuda_stub(relative)
+
+
+class _TwinIndex:
+    """abi_neutral_key -> exported names, built only when some symbol is missing (usually never)."""
+
+    def __init__(self, exported) -> None:
+        self._exported = exported
+        self._index: dict[str, list[str]] | None = None
+
+    def find(self, name: str) -> str | None:
+        if not name.startswith("_Z"):
+            return None
+        if self._index is None:
+            self._index = {}
+            for exported in self._exported:
+                if exported.startswith("_Z"):
+                    self._index.setdefault(abi_neutral_key(exported), []).append(exported)
+        markers = symbol_abi(name)
+        for candidate in self._index.get(abi_neutral_key(name), ()):
+            if candidate != name and symbol_abi(candidate) != markers:
+                return candidate
+        return None
+
+
+def _check_extension(relative: str, library: Library, scope: Scope, scope_ok: bool, torch_keys: set[str],
+                     twins: _TwinIndex, stub: Library | None) -> ExtensionCheck:
+    """Bind each undefined symbol of the extension in its scope's order, and each needed symbol version."""
+    dynamic = library.symbols()
+    table = SymbolTable(scope.libraries)
+    providers: dict[str, int] = {}
+    missing: list[MissingSymbol] = []
+    from_stub: list[MissingSymbol] = []
+    judged = torch_bound = unjudged = 0
+    for symbol in dynamic.undefined:
+        if symbol.weak:
+            continue  # a weak reference may stay unbound
+        judged += 1
+        provider = table.provider(symbol.name)
+        if provider is not None:
+            providers[provider.display] = providers.get(provider.display, 0) + 1
+            torch_bound += os.path.realpath(provider.path) in torch_keys
+            continue
+        if is_python_symbol(symbol.name):
+            providers["python"] = providers.get("python", 0) + 1
+            continue
+        if stub is not None and symbol.name in stub.symbols().defined:
+            from_stub.append(MissingSymbol(symbol.name, symbol.name, FROM_CUDA_STUB))
+            torch_bound += 1
+            continue
+        item = _judge_missing(symbol.name, scope_ok, twins)
+        if item is None:
+            unjudged += 1
+            continue
+        torch_bound += is_torch_entity(symbol.name) or item.problem == ABI_MISMATCH
+        missing.append(item)
+    missing.extend(_missing_versions(dynamic, table))
+    registers = any(REGISTERS_OPERATORS.match(symbol.name) for symbol in dynamic.undefined)
+    return ExtensionCheck(
+        relative, classify_dynamic(dynamic, relative).abi, extension_verdict(missing, None, None), torch_bound,
+        tuple(sorted(missing, key=lambda item: (item.problem, item.symbol))),
+        tuple(sorted(from_stub, key=lambda item: item.symbol)), registers_operators=registers, symbols=judged,
+        providers=tuple(providers.items()), unjudged=unjudged,
+        libraries_not_found=tuple(f"{name} (needed by {by})" for name, by in scope.not_found))
+
+
+def _judge_missing(name: str, scope_ok: bool, twins: _TwinIndex) -> MissingSymbol | None:
+    """A symbol found nowhere in the scope: an ABI twin makes it an abi mismatch; otherwise a version mismatch when
+    the scope is complete or the symbol is torch's own; None (unjudged) when the check cannot blame it."""
+    twin = twins.find(name)
+    if twin is not None:
+        return MissingSymbol(name, name, ABI_MISMATCH, twin, twin)
+    if scope_ok or is_torch_entity(name):
+        return MissingSymbol(name, name, VERSION_MISMATCH)
+    return None
+
+
+def _missing_versions(dynamic: ElfDynamic, table: SymbolTable) -> list[MissingSymbol]:
+    """Needed symbol versions that the library they name does not define: the loader refuses the object
+    ("version `GLIBCXX_3.4.32' not found")."""
+    found: list[MissingSymbol] = []
+    for file, versions in dynamic.version_needs.items():
+        library = table.named(file)
+        if library is None:
+            continue
+        for version in versions:
+            if version_defined(library, version) is False:
+                found.append(MissingSymbol(version, f"version {version} of {file}", VERSION_MISMATCH))
+    return found
+
+
+def _with_distribution(extension: ExtensionCheck, owner: Distribution | None,
+                       torch_version: str | None) -> ExtensionCheck:
+    """Attach the owning distribution; one pinned to another torch release is a version mismatch even when
+    every symbol resolves (another X.Y: torchvision 0.23.0, pinned to torch 2.8.0, resolves every symbol of torch
+    2.9.0 and crashes with SIGSEGV while registering its operators), a pin mismatch when only the patch differs."""
+    if owner is None:
+        return extension
+    verdict = extension_verdict(extension.missing, owner.requires_torch, torch_version)
+    return replace(extension, verdict=verdict, distribution=str(owner), requires_torch=owner.requires_torch)
+
+
+def _with_headers(extension: ExtensionCheck, library: Library, include: Path,
+                  torch_version: str | None) -> ExtensionCheck:
+    """For an extension neither pinned nor built together with this torch: the headers it was compiled against.
+    One that registers operators and whose registration headers differ from this torch's is a version mismatch (a
+    custom extension compiled against torch 2.8 aborts while registering its operators beside 2.9); other
+    differences are reported (compiled against 2.7, beside 2.8, it works: only c10/util/ArrayRef.h moved)."""
+    if extension.requires_torch is not None or built_with(extension, torch_version):
+        return extension
+    evidence = header_evidence(library.path, include)
+    if evidence is None:
+        return extension
+    verdict = extension.verdict
+    if verdict == COMPATIBLE and extension.registers_operators and evidence.registration_differing:
+        verdict = VERSION_MISMATCH
+    return replace(extension, verdict=verdict, headers=evidence.verdict, header_sites=evidence.sites,
+                   header_differences=evidence.differing)
+
+
+def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:
+    names = {name for extension in extensions for item in (*extension.missing, *extension.from_cuda_stub)
+             for name in (item.symbol, item.twin) if name and item.symbol == item.demangled}
+    readable = demangle(sorted(names))
+
+    def readable_items(items: Sequence[MissingSymbol]) -> tuple[MissingSymbol, ...]:
+        return tuple(MissingSymbol(item.symbol, readable.get(item.demangled, item.demangled), item.problem,
+                                   item.twin, readable.get(item.twin, item.twin) if item.twin else None)
+                     for item in items)
+
+    return [replace(extension, missing=readable_items(extension.missing),
+                    from_cuda_stub=readable_items(extension.from_cuda_stub)) for extension in extensions]

@@ -1,0 +1,226 @@
+"""What `check` found, and the words of its verdicts: per extension and for a whole site-packages.
+
+Verdicts (a prediction of the real import; exit codes of `abi check`):
+
+* ``compatible`` (exit 0): every undefined symbol binds to a library the loader would load, and nothing in the
+  metadata says the extension was built for another torch release.
+* ``pin mismatch`` (exit 0): the same, but its distribution pins another patch release of this X.Y torch
+  (torchvision 0.22.1 pins torch==2.7.1; beside 2.7.0 it loads and runs). pip would refuse the set; the loader
+  does not.
+* ``abi mismatch`` (exit 1): symbols are exported only with the other `_GLIBCXX_USE_CXX11_ABI` mangling.
+* ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
+  ABI; or every symbol resolves but the distribution pins another X.Y torch release, whose headers (struct
+  layouts, inline code, operator schemas) it was compiled against.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .headers import OTHER
+from .mangling import is_torch_entity
+from .metadata import same_minor, same_release
+from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, PIN_MISMATCH, VERSION_MISMATCH, some)
+
+
+@dataclass(frozen=True)
+class MissingSymbol:
+    """An undefined symbol (or needed symbol version) of an extension that nothing in its load order provides."""
+
+    symbol: str
+    demangled: str
+    problem: str  # ABI_MISMATCH when `twin` (the same entity under the other ABI) is exported, else VERSION_MISMATCH
+    twin: str | None = None
+    twin_demangled: str | None = None
+
+    def to_json(self) -> dict:
+        return {"symbol": self.symbol, "demangled": self.demangled, "problem": self.problem, "twin": self.twin,
+                "twin_demangled": self.twin_demangled}
+
+
+@dataclass(frozen=True)
+class ExtensionCheck:
+    """One extension module (or plugin) linking torch, where its symbols bind, and what would fail to bind."""
+
+    path: str
+    abi: str
+    verdict: str
+    torch_symbols: int  # undefined symbols bound to torch's libraries, or missing and judged as torch's
+    missing: tuple[MissingSymbol, ...] = ()
+    from_cuda_stub: tuple[MissingSymbol, ...] = ()  # not in torch, bound to torch_xla's CUDA stub instead
+    distribution: str | None = None  # "torchvision 0.23.0": the installed distribution whose RECORD lists it
+    requires_torch: str | None = None  # the exact torch its metadata pins (Requires-Dist: torch==X), if any
+    registers_operators: bool = False  # calls torch::Library / c10::RegisterOperators (TORCH_LIBRARY...)
+    symbols: int = 0  # undefined symbols judged (weak ones are not: they may stay unbound)
+    providers: tuple[tuple[str, int], ...] = ()  # (library, symbols it provides), in load order
+    unjudged: int = 0  # symbols found nowhere that the check cannot blame (the load order is incomplete)
+    libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X)")
+    headers: str | None = None  # headers.SAME / headers.OTHER: the torch headers it was compiled against, if known
+    header_sites: int = 0  # assertion sites of torch headers found in the binary
+    header_differences: tuple[str, ...] = ()  # sites this torch's headers do not hold ("ATen/core/ivalue.h:1352")
+
+    @property
+    def other_headers(self) -> bool:
+        """Resolves, registers operators, pins nothing, and was compiled against another torch's registration
+        headers (see headers.REGISTRATION_HEADERS)."""
+        return self.verdict == VERSION_MISMATCH and not self.missing and self.requires_torch is None \
+            and self.headers == OTHER
+
+    @property
+    def pinned_elsewhere(self) -> bool:
+        """Every symbol binds, but its distribution pins another torch release than the one here."""
+        return self.verdict in (VERSION_MISMATCH, PIN_MISMATCH) and not self.missing \
+            and self.requires_torch is not None
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
+                "symbols": self.symbols, "providers": dict(self.providers), "unjudged": self.unjudged,
+                "libraries_not_found": list(self.libraries_not_found), "headers": self.headers,
+                "header_sites": self.header_sites, "header_differences": list(self.header_differences),
+                "missing": [symbol.to_json() for symbol in self.missing],
+                "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub],
+                "distribution": self.distribution, "requires_torch": self.requires_torch,
+                "registers_operators": self.registers_operators}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Would `import torch_xla` (and every other torch extension here) load beside this torch?"""
+
+    path: str
+    verdict: str  # COMPATIBLE | PIN_MISMATCH | ABI_MISMATCH | VERSION_MISMATCH
+    summary: str
+    torch_abi: str
+    torch_libraries: tuple[str, ...]
+    extensions: tuple[ExtensionCheck, ...]
+    torch_version: str | None = None  # from torch-X.dist-info, when there is one
+    system_libraries: bool = True  # the target's system libraries were read (False: an image read from outside)
+
+    @property
+    def compatible(self) -> bool:
+        """The prediction is that everything loads (compatible or pin mismatch): exit 0."""
+        return self.verdict in LOADS
+
+    @property
+    def needs_cuda_unavailable(self) -> bool:
+        """Loads only where torch sees no GPU (some symbol comes from torch_xla's CUDA stub)."""
+        return any(extension.from_cuda_stub for extension in self.extensions)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "verdict": self.verdict, "summary": self.summary, "torch_abi": self.torch_abi,
+                "torch_version": self.torch_version, "needs_cuda_unavailable": self.needs_cuda_unavailable,
+                "system_libraries": self.system_libraries, "torch_libraries": list(self.torch_libraries),
+                "extensions": [extension.to_json() for extension in self.extensions]}
+
+
+def extension_verdict(missing: Sequence[MissingSymbol], requires_torch: str | None,
+                      torch_version: str | None) -> str:
+    """From the symbols, then from the pin: another X.Y release is a version mismatch, another patch release of
+    this X.Y a pin mismatch (it loads)."""
+    if any(item.problem == ABI_MISMATCH for item in missing):
+        return ABI_MISMATCH
+    if missing:
+        return VERSION_MISMATCH
+    if requires_torch and torch_version and not same_release(requires_torch, torch_version):
+        return PIN_MISMATCH if same_minor(requires_torch, torch_version) else VERSION_MISMATCH
+    return COMPATIBLE
+
+
+def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
+                 torch_version: str | None = None) -> tuple[str, str]:
+    """The site-packages' verdict and its one-paragraph summary."""
+    if not extensions:
+        return COMPATIBLE, "compatible: no extension module here links torch"
+    broken = [extension for extension in extensions if extension.verdict not in LOADS]
+    if not broken:
+        return _loads(extensions, torch_abi, torch_version)
+    abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
+    if abi_broken:
+        lines = []
+        for extension in abi_broken:
+            twins = sum(item.problem == ABI_MISMATCH for item in extension.missing)
+            lines.append(f"{extension.path} ({extension.abi} ABI) needs {twins} symbol(s) that torch "
+                         f"({torch_abi} ABI) exports only with the other ABI's mangling")
+        return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
+    this = f"torch {torch_version}" if torch_version else "this torch"
+    lines = [_version_line(extension, this) for extension in broken
+             if not (extension.pinned_elsewhere or extension.other_headers)]
+    lines.extend(f"{extension.path} resolves every symbol but registers torch operators and was compiled against "
+                 f"another torch release's headers (assertion sites of its {extension.header_sites} are not in "
+                 f"{this}'s boxing/IValue/schema headers: {some(list(extension.header_differences), 2)}); "
+                 f"registering its operators then aborts or crashes"
+                 for extension in broken if extension.other_headers)
+    pinned: dict[tuple[str, str], list[str]] = {}
+    for extension in broken:
+        if extension.pinned_elsewhere:
+            pinned.setdefault((extension.distribution, extension.requires_torch), []).append(extension.path)
+    lines.extend(f"{distribution} ({some(paths)}) requires torch=={requires}, this is {this}: its symbols resolve, "
+                 f"but it was compiled against another torch release's headers (layouts, inline code, operator "
+                 f"schemas), which symbols cannot check" for (distribution, requires), paths in pinned.items())
+    return VERSION_MISMATCH, "version mismatch: " + "; ".join(lines)
+
+
+def _loads(extensions: Sequence[ExtensionCheck], torch_abi: str, torch_version: str | None) -> tuple[str, str]:
+    total = sum(extension.symbols for extension in extensions)
+    torch_total = sum(extension.torch_symbols for extension in extensions)
+    text = (f"{len(extensions)} extension(s) resolve all {total} symbols ({torch_total} from torch; torch uses the "
+            f"{torch_abi} ABI)" + _cuda_stub_remark(extensions) + _operators_remark(extensions, torch_version))
+    unjudged = sum(extension.unjudged for extension in extensions)
+    if unjudged:
+        text += (f"; {unjudged} symbol(s) were found nowhere but cannot be judged: libraries they may come from "
+                 f"were not found or not read")
+    pins = [extension for extension in extensions if extension.verdict == PIN_MISMATCH]
+    if not pins:
+        return COMPATIBLE, "compatible: " + text
+    this = f"torch {torch_version}" if torch_version else "this torch"
+    owners = sorted({f"{extension.distribution} requires torch=={extension.requires_torch}" for extension in pins})
+    return PIN_MISMATCH, (f"pin mismatch: {text}; but {'; '.join(owners)}, this is {this} (the same release "
+                          f"series): it loads, and pip would refuse this set")
+
+
+def _version_line(extension: ExtensionCheck, this: str) -> str:
+    pinned = f" ({extension.distribution} requires torch=={extension.requires_torch})" \
+        if extension.requires_torch else ""
+    torchs = any(is_torch_entity(item.symbol) for item in extension.missing)
+    where = f"{this} does not export under either ABI" if torchs else "no library of its load order exports"
+    return (f"{extension.path}{pinned} needs {len(extension.missing)} symbol(s) {where} - it was built against "
+            f"another torch version ({some([item.demangled for item in extension.missing], 2)})")
+
+
+def built_with(extension: ExtensionCheck, torch_version: str | None) -> bool:
+    """Built together with this torch release: pinned to it, or torch_xla X.Y beside torch X.Y (torch_xla pins no
+    torch in its metadata; upstream builds each torch_xla release against the torch release of the same number)."""
+    if not torch_version or not extension.distribution:
+        return False
+    if extension.requires_torch:
+        return same_minor(extension.requires_torch, torch_version)
+    name, _, version = extension.distribution.partition(" ")
+    return name.lower().replace("-", "_") == "torch_xla" and version.split(".")[:2] == torch_version.split(".")[:2]
+
+
+def _operators_remark(extensions: Sequence[ExtensionCheck], torch_version: str | None) -> str:
+    """Symbols resolving does not prove operator registration works: say so for extensions not pinned to this
+    torch release by their metadata."""
+    unchecked = [extension.path for extension in extensions
+                 if extension.registers_operators and not built_with(extension, torch_version)
+                 and extension.headers is None]
+    nearly = [f"{extension.path} ({some(list(extension.header_differences), 2)})" for extension in extensions
+              if extension.registers_operators and extension.headers == OTHER and extension.verdict in LOADS]
+    text = ""
+    if unchecked:
+        text += (f"; symbols resolve, runtime operator compatibility not checkable: {some(unchecked)} register "
+                 f"torch operators and pin no torch release in their metadata")
+    if nearly:
+        text += (f"; {some(nearly)} register operators and were compiled against other torch headers, which differ "
+                 f"from this torch's outside those that shape operator registration")
+    return text
+
+
+def _cuda_stub_remark(extensions: Sequence[ExtensionCheck]) -> str:
+    stubbed = [item.demangled for extension in extensions for item in extension.from_cuda_stub]
+    if not stubbed:
+        return ""
+    verb = "is" if len(stubbed) == 1 else "are"
+    return (f"; only while CUDA is unavailable: {len(stubbed)} of them ({some(stubbed)}) {verb} not in this torch "
+            f"and bind to torch_xla's {CUDA_STUB_PREFIX}, which torch_xla loads only when torch.cuda.is_available() is "
+            f"False - where torch sees a GPU, `import torch_xla` fails (pytorch/xla#9656)")
