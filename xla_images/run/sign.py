@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .. import userfiles
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
 from ..names import local_ref
@@ -60,12 +61,13 @@ class Key:
         if "://" in text:
             return cls(text, private)  # cosign resolves KMS and env:// keys itself
         path = Path(text)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ConfigError(f"{'signing' if private else 'public'} key {path} does not exist",
                               location=Location(where), rule="sign-key",
                               hint="make a pair with `cosign generate-key-pair` (cosign.key signs, cosign.pub "
                                    "verifies)")
-        head = path.read_text(encoding="ascii", errors="replace")[:80]
+        # Bounded: a fifo, /dev/zero, a directory or a 3 GiB file is a file-* error naming it, not a hang.
+        head = userfiles.read_text(path, limit=userfiles.KEY_LIMIT)[:80]
         is_private = "PRIVATE KEY" in head
         if is_private != private:
             wanted = "a private key (cosign.key)" if private else "a public key (cosign.pub)"

@@ -308,7 +308,7 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         for flavour in members:
             text = format_lock(flavour, lock_inputs(flavour, roots if recorded is None else recorded),
                                entries[flavour.tag])
-            changed = write_if_changed(plan.lock_path(flavour), text)
+            changed = write_if_changed(plan.lock_path(flavour), text, plan.root)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
                                       changed, others))
