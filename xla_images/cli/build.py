@@ -63,7 +63,7 @@ def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | 
 
 @click.command("build")
 @click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Flavours built at the same time.")
 @click.option("--keep-going", is_flag=True,
               help="Go on with the other flavours when one fails (summary at the end; exit 1 if any failed). "
