@@ -72,7 +72,7 @@ def inside(root: Path, path: Path, *, directory: bool = False) -> Path:
         last = index == len(parts) - 1
         if stat.S_ISLNK(mode):
             raise ConfigError("is a symlink; xla-images writes no file through a link", location=Location(str(current)),
-                              rule="disk-symlink", hint="replace the link by a real directory (or remove it)")
+                              rule="disk-symlink", hint="remove the link; xla-images writes a real file or folder there")
         wants_directory = directory or not last
         if wants_directory and not stat.S_ISDIR(mode):
             raise ConfigError("is a file where a directory belongs", location=Location(str(current)),

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ERROR_LINE = re.compile(r"^(?:(?P<location>.+?): )?error \[(?P<rule>[a-z0-9-]+)\]: \S", re.MULTILINE)
 LOCATED = re.compile(r":(?P<line>\d+)(:\d+)?$")
 # Rules about the file as a whole (it is a directory, too big, ...): these need no line.
-WHOLE_FILE_RULES = {"file-exists", "file-readable", "file-type", "file-size", "yaml-size"}
+WHOLE_FILE_RULES = {"file-exists", "file-readable", "file-type", "file-size", "yaml-size", "disk-symlink", "disk-type",
+                    "disk-outside"}
 MEMORY_LIMIT = 1024 * 1024 * 1024  # address space of a limited run; importing the CLI takes ~250 MB of it
 CPU_LIMIT = 20  # seconds of CPU time; a bounded answer needs well under one
 

@@ -169,7 +169,9 @@ def check(plan: Plan) -> list[Finding]:
 def _orphans(plan: Plan) -> list[Finding]:
     findings = [Finding("orphan", str(directory.relative_to(plan.root)),
                         f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it"
-                        if _is_real_dir(directory) else "not a folder xla-images generates; delete it")
+                        if _holds_only_generated(directory) else
+                        "no flavour of the matrix has this tag, and it holds files xla-images did not generate; "
+                        "delete it" if _is_real_dir(directory) else "not a folder xla-images generates; delete it")
                 for directory in _orphan_dirs(plan)]
     owned = set(render.TEMPLATES) | {LOCK_NAME}
     for flavour in plan.flavours:
