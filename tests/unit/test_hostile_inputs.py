@@ -241,6 +241,22 @@ PUBLISHED_CASES = [
     ("nan", '{"schema": NaN, "flavours": {}}', "NaN is not a value"),
     ("deep", "[" * 100_000 + "]" * 100_000, "recursion"),
     ("syntax", '{"schema": 1,\n "flavours": {', "Expecting property name"),
+    # promotions (issue 19): read by resolve, merge and prune, validated whole before any of them uses it
+    ("promotions-int", _published(promotions=3), "`promotions` is a int"),
+    ("promotions-strings", _published(promotions=["127.0.0.1:9/y"]), "promotion 1 is not an object"),
+    ("promotions-map", _published(promotions={"registry": "127.0.0.1:9/y"}), "`promotions` is a dict"),
+    ("promotion-without-digest", _published(promotions=[{"registry": "127.0.0.1:9/y"}]),
+     "promotion 1: `digest` None is not a sha256"),
+    ("promotion-bad-registry", _published(promotions=[{"registry": "-x:99999/y", "digest": DIGEST}]),
+     "promotion 1: `registry`"),
+    ("promotion-twice", _published(promotions=[{"registry": "127.0.0.1:9/y", "digest": DIGEST}] * 2),
+     "is promoted to twice"),
+    ("registry-not-a-registry", _published(registry="nohost"), "`registry` 'nohost'"),
+    ("tags-empty", _published(tags=[]), "`tags` is not a list"),
+    ("tag-twice", '{"schema": 1, "flavours": {\n"r2.9.0_3.11_cpu": %s,\n"r2.9.0_3.11_cpu": %s}}'
+     % (json.dumps(GOOD_ENTRY), json.dumps(GOOD_ENTRY)), "key 'r2.9.0_3.11_cpu' is written twice"),
+    ("field-twice", _published().replace('"pushed_at": ""', '"pushed_at": "",\n"digest": "%s"' % DIGEST),
+     "key 'digest' is written twice"),
 ]
 
 
@@ -258,6 +274,32 @@ def test_hostile_published_json_is_refused(tmp_path: Path, text: str, message: s
 def test_a_good_published_json_still_parses() -> None:
     entries = publish.parse_published(_published(), "p.json")
     assert entries["r2.9.0_3.11_cpu"].digest == DIGEST
+    promoted = publish.parse_published(_published(promotions=[{"registry": "127.0.0.1:9/y", "digest": DIGEST,
+                                                               "ref": "r", "from": "f", "promoted_at": "t"}]), "p")
+    assert promoted["r2.9.0_3.11_cpu"].promotions[0]["registry"] == "127.0.0.1:9/y"
+
+
+def test_a_tag_written_twice_is_named_at_its_second_line(tmp_path: Path) -> None:
+    text = ('{"schema": 1, "flavours": {\n"r2.9.0_3.11_cpu": %s,\n"r2.9.0_3.11_cpu": %s}}'
+            % (json.dumps(GOOD_ENTRY), json.dumps(GOOD_ENTRY)))
+    with pytest.raises(ConfigError) as caught:
+        publish.parse_published(text, "p.json")
+    assert caught.value.location.line == 3
+
+
+@pytest.mark.parametrize("output", ["file/published.json", "/proc/xla-images-published.json",
+                                    "/sys/xla-images-published.json", "folder"])
+def test_published_merge_output_of_the_wrong_shape_is_named(tmp_path: Path, output: str) -> None:
+    part = tmp_path / "part.json"
+    part.write_text(_published())
+    (tmp_path / "file").write_text("a file where a folder is named\n")
+    (tmp_path / "folder").mkdir()
+    target = Path(output) if output.startswith("/") else tmp_path / output
+    outcome = run_cli("published", "merge", str(part), "-o", str(target))
+    assert outcome.code in (1, 2), outcome.err
+    assert_answered(outcome, allowed_failures=frozenset({"disk-write"}))
+    assert set(outcome.rules) <= {"disk-write", "disk-type"}, outcome.err
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 # --- lock files ----------------------------------------------------------------------------------------------
