@@ -89,6 +89,11 @@ MATRIX_CASES = [
     ("complex-key", "? [a, b]\n: 1\n", "yaml-key", None),
     ("two-documents", MATRIX + "---\nschema: 1\n", "yaml-syntax", "---"),
     ("control-character", "schema: 1\x07\n", "yaml-syntax", None),
+    # canonical equality (issue 19): 3.010 is 3.10 and 02.9.0 is 2.9.0 -- never a second flavour beside it
+    ("python-leading-zero", edit('"3.9", "3.10"', '"3.9", "3.010"'), "version-format", '"3.010"'),
+    ("python-leading-zero-unquoted", edit('"3.9", "3.10"', '"3.9", 3.010'), "version-format", "3.010"),
+    ("release-leading-zero", edit('"2.9.0":\n', '"02.9.0":\n'), "version-format", '"02.9.0"'),
+    ("torch-leading-zero", edit('torch: "2.9.0"', 'torch: "2.09.0"'), "version-format", 'torch: "2.09.0"'),
 ]
 
 
@@ -177,6 +182,13 @@ SITE_CASES = [
     ("two-sources-one-name", "wheel_sources:\n  - name: a\n  - name: a  # again\n", "site-wheel-sources", "again"),
     ("nul-in-ca-bundle", 'ca_bundle: "a\\0b"\n', "site-ca-bundle", "ca_bundle"),
     ("space-in-registry", "registry: host/ repo\n", "site-registry", "registry"),
+    # registry hosts as Docker reads them (issue 19)
+    ("registry-port-too-big", "registry: 127.0.0.1:65536/x\n", "site-registry", "registry"),
+    ("registry-dot-dot", "registry: a..b:5000/x\n", "site-registry", "registry"),
+    ("registry-leading-hyphen", "registry: -a.example/x\n", "site-registry", "registry"),
+    # refused, not cut at 200 characters (a cut specifier matches other releases)
+    ("long-specifier", "wheel_sources:\n  - name: a\n    match: {torch_xla: '" + ">=2.7," * 40 + "<3'}\n",
+     "site-wheel-sources", "name: a"),
     ("site-bomb", BOMB.replace("a: &a", "bases: &a"), "yaml-aliases", "e: &e"),
     ("site-list", "- registry\n", "site-schema", None),
 ]
@@ -311,7 +323,11 @@ LOCK = (ROOT / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock").read_tex
     (LOCK.replace("  # torch-", "  # ../../../etc/torch-", 1), "../../../etc/torch-"),
     (LOCK + "x" * 100_000 + "\n", "xxxx"),
     (LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "  #" + " " * 5000 + "x\n", "  #   "),
-], ids=["path-in-wheel-name", "huge-line", "long-whitespace"])
+    (LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "\n", "torch==2.9.0 --hash=sha256:aaaa"),
+    (LOCK + "Torch_XLA==2.9.0 --hash=sha256:" + "b" * 64 + "\n", "Torch_XLA=="),
+    (LOCK + "extra==not-a-version --hash=sha256:" + "c" * 64 + "\n", "extra==not-a-version"),
+], ids=["path-in-wheel-name", "huge-line", "long-whitespace", "pinned-twice", "pinned-twice-other-spelling",
+        "not-a-version"])
 def test_hostile_lock_lines_are_refused_with_line(text: str, line: str) -> None:
     with pytest.raises(ConfigError) as caught:
         lockfile.parse_lock(text, "requirements.lock")
@@ -370,3 +386,47 @@ def test_yaml_limits_are_checked_on_the_composed_graph_not_the_data() -> None:
         yamlsrc.loads(BOMB, "bomb.yaml")
     assert caught.value.rule == "yaml-aliases"
     assert caught.value.location.line <= 6  # refused while composing, well before the last line
+
+
+def test_a_lock_pinning_a_package_twice_is_stale_not_fresh(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    lock = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "\n")
+    outcome = run_cli("list", "--json", "--matrix", str(tmp_path / "matrix.yaml"), "--torch-xla", "2.9",
+                      "--python", "3.11", "--accelerator", "cpu")
+    assert outcome.code == 0, outcome.err
+    assert json.loads(outcome.out)[0]["lock"] == "stale"
+
+
+# --- numbers and addresses from the command line and the environment -----------------------------------------
+
+@pytest.mark.parametrize("args", [("prune", "--keep", "1", "--older-than", "99999999999"),
+                                  ("prune", "--keep", "99999999999999999999", "--older-than", "1"),
+                                  ("build", "-j", "100000"), ("promote", "--to", "127.0.0.1:9/x", "--chunk-mb", "1e9")])
+def test_numeric_options_beyond_their_bounds_are_usage_errors(args: tuple[str, ...]) -> None:
+    outcome = run_cli(*args, "--matrix", str(ROOT / "matrix.yaml"))
+    assert outcome.code == 2, outcome.err
+    assert "Traceback" not in outcome.err and "Invalid value" in outcome.err
+
+
+def test_prune_planning_refuses_an_age_past_the_calendar() -> None:
+    import datetime
+
+    from xla_images.run import prune
+    with pytest.raises(ConfigError) as caught:
+        prune.plan_prune({}, 1, 10 ** 12, {}, datetime.date(2026, 1, 1))
+    assert caught.value.rule == "prune-options"
+
+
+@pytest.mark.parametrize("host", ["tcp://127.0.0.1:99999", "tcp://:x", "tcp://[::1"])
+def test_a_docker_host_that_does_not_parse_is_named(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    from xla_images.run.engine import connection
+    monkeypatch.setenv("DOCKER_HOST", host)
+    connection.client.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            connection.client()
+    finally:
+        connection.client.cache_clear()
+    assert caught.value.rule == "engine-host" and caught.value.location == "DOCKER_HOST"
