@@ -134,6 +134,15 @@ def write_text_atomic(path: Path, text: str, what: str = "", *, root: Path | Non
             raise
 
 
+def make_directory(directory: Path, root: Path | None = None) -> None:
+    """`mkdir -p directory` (inside `root` when given), a file or link of the wrong kind on the way a ConfigError
+    (`disk-type`, `disk-symlink`) naming it, a full or read-only disk a Failure (`disk-write`)."""
+    try:
+        _make_directories(directory, root)
+    except OSError as error:
+        raise failure(error, directory, "a folder") from None
+
+
 def _make_directories(directory: Path, root: Path | None) -> None:
     if root is not None:
         inside(root, directory, directory=True)

@@ -430,3 +430,12 @@ def test_a_docker_host_that_does_not_parse_is_named(monkeypatch: pytest.MonkeyPa
     finally:
         connection.client.cache_clear()
     assert caught.value.rule == "engine-host" and caught.value.location == "DOCKER_HOST"
+
+
+@pytest.mark.parametrize("under", ["", "/sub"])
+def test_a_wheelhouse_that_is_a_file_is_named(tmp_path: Path, under: str) -> None:
+    (tmp_path / "file").write_text("x\n")
+    outcome = run_cli("wheels", "fetch", "r2.9.0_3.11_cpu", "--matrix", str(ROOT / "matrix.yaml"),
+                      "--wheelhouse", str(tmp_path / "file") + under)
+    assert outcome.code == 2, outcome.err
+    assert outcome.rules == ["disk-type"], outcome.err

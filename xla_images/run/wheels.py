@@ -41,6 +41,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .. import diskio
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
 from ..generate.sync import aligned_pins, write_if_changed
@@ -426,7 +427,7 @@ def fetch(plan: Plan, flavours: Sequence[Target], wheelhouse: Path | None = None
           runner: Runner = subprocess.run, progress: Callable[[str], None] = lambda message: None) -> FetchResult:
     """Download the locked wheels of `flavours` into the host wheelhouse, each file once, verifying sha256."""
     destination = wheelhouse or default_wheelhouse(plan)
-    destination.mkdir(parents=True, exist_ok=True)
+    diskio.make_directory(destination)  # an existing file there is a disk-type error naming it
     verified: dict[Path, str] = {}
     downloaded: list[str] = []
     present = 0
