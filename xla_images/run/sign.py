@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .. import userfiles
+from .. import diskio, userfiles
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
 from ..names import local_ref
@@ -337,9 +337,8 @@ def verify_published(entries: list[Published], key: Key, *, with_sbom: bool, sbo
                                   rule="sbom-attestation-verified")
                 count = len(document.get("components") or [])
                 if sbom_dir is not None:
-                    sbom_dir.mkdir(parents=True, exist_ok=True)
-                    (sbom_dir / f"{entry.tag}.cdx.json").write_text(json.dumps(document, indent=2) + "\n",
-                                                                    encoding="utf-8")
+                    diskio.write_text_atomic(sbom_dir / f"{entry.tag}.cdx.json", json.dumps(document, indent=2) + "\n",
+                                             "the verified SBOM", shared=True)
         except Failure as error:
             refused.append(f"{entry.tag}: {error.message}")
             say(f"{entry.tag}: {error.render()}")
