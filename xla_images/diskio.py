@@ -71,8 +71,9 @@ def inside(root: Path, path: Path, *, directory: bool = False) -> Path:
             raise failure(error, current) from None
         last = index == len(parts) - 1
         if stat.S_ISLNK(mode):
-            raise ConfigError("is a symlink; xla-images writes no file through a link", location=Location(str(current)),
-                              rule="disk-symlink", hint="remove the link; xla-images writes a real file or folder there")
+            raise ConfigError("is a symlink; xla-images writes no file through a link",
+                              location=Location(str(current)), rule="disk-symlink",
+                              hint="remove the link; xla-images writes a real file or folder there")
         wants_directory = directory or not last
         if wants_directory and not stat.S_ISDIR(mode):
             raise ConfigError("is a file where a directory belongs", location=Location(str(current)),
