@@ -93,8 +93,8 @@ def lint_targets(plan: Plan) -> dict[str, str]:
 # --- writing ----------------------------------------------------------------------------------------------
 
 def write_if_changed(path: Path, text: str, root: Path | None = None) -> bool:
-    """Write `text` to `path` (inside `root`, default its repository folder's parent chain is not checked) unless it
-    holds exactly that already; True when it wrote.
+    """Write `text` to `path` unless it holds exactly that already; True when it wrote. With `root` (the
+    repository), the path is checked first to lie inside it through no link (diskio.inside).
 
     The new file gets the umask's mode like any checkout file (builders and other users read the generated
     files). Whatever stands at `path` that is not a bounded UTF-8 file (a fifo, a sparse giant, Latin-1 text) is
@@ -167,11 +167,7 @@ def check(plan: Plan) -> list[Finding]:
 
 
 def _orphans(plan: Plan) -> list[Finding]:
-    findings = [Finding("orphan", str(directory.relative_to(plan.root)),
-                        f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it"
-                        if _holds_only_generated(directory) else
-                        "no flavour of the matrix has this tag, and it holds files xla-images did not generate; "
-                        "delete it" if _is_real_dir(directory) else "not a folder xla-images generates; delete it")
+    findings = [Finding("orphan", str(directory.relative_to(plan.root)), _orphan_dir_message(directory))
                 for directory in _orphan_dirs(plan)]
     owned = set(render.TEMPLATES) | {LOCK_NAME}
     for flavour in plan.flavours:
@@ -186,6 +182,15 @@ def _orphans(plan: Plan) -> list[Finding]:
                if _is_generated(path) else "not a file xla-images generates; delete it")
         findings.append(Finding("orphan", str(path.relative_to(plan.root)), why))
     return findings
+
+
+def _orphan_dir_message(directory: Path) -> str:
+    """What to do about an entry of Dockerfiles/ no flavour owns: only `render` removes what it generated."""
+    if _holds_only_generated(directory):
+        return f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it"
+    if _is_real_dir(directory):
+        return "no flavour of the matrix has this tag, and it holds files xla-images did not generate; delete it"
+    return "not a folder xla-images generates; delete it"
 
 
 def _orphan_wheel_builds(plan: Plan) -> list[Path]:
