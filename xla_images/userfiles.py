@@ -72,6 +72,26 @@ def read_optional(path: Path, *, limit: int = GENERATED_LIMIT, follow_symlinks: 
     return read_text(path, limit=limit, follow_symlinks=follow_symlinks)
 
 
+def tail_lines(path: Path, lines: int, *, window: int = 64 * KIB) -> list[str]:
+    """The last `lines` lines of a log we wrote (build.log, debootstrap.log), reading at most its last `window`
+    bytes, undecodable bytes replaced; [] when it cannot be read. A log may be gigabytes: only its end is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return []
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return []
+        os.lseek(fd, max(info.st_size - window, 0), os.SEEK_SET)
+        data = os.read(fd, window)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
 def _read_bytes(path: Path, shown: str, limit: int, missing_hint: str | None, follow_symlinks: bool = True) -> bytes:
     # O_NONBLOCK: opening a fifo must not wait for a writer; it is refused below as not a regular file.
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else os.O_NOFOLLOW)

@@ -89,3 +89,4 @@ def test_remove_tree_refuses_a_linked_folder_and_removes_a_real_one(tmp_path: Pa
         diskio.remove_tree(root, root / "linked")
     diskio.remove_tree(root, root / "real")
     assert not (root / "real").exists() and (outside / "keep").exists()
+
