@@ -4,8 +4,12 @@ A path argument can name a directory, a fifo (opening it would wait for a writer
 /dev/zero (reading it never ends), a symlink loop, a binary file or a file far larger than any input we
 read. Each becomes a ConfigError naming the file and a rule, before more than `limit` bytes are read.
 
-Rules: file-exists, file-readable (permissions, symlink loops), file-type (not a regular file),
-file-size (over the limit), file-encoding (not UTF-8 text, or binary).
+Generated and committed files (Dockerfiles, wheel-build .env files, docker-bake.json, workflows, locks) are
+read through here too, with `follow_symlinks=False`: a link planted where a generated file belongs is refused
+(file-type) instead of read through, and `read_optional` tells "not there" (None) from "there but not text".
+
+Rules: file-exists, file-readable (permissions, symlink loops), file-type (not a regular file, or a symlink
+where none may be), file-size (over the limit), file-encoding (not UTF-8 text, or binary).
 """
 from __future__ import annotations
 
@@ -24,13 +28,21 @@ YAML_LIMIT = 256 * KIB
 # published.json grows by ~1 KiB per pushed flavour; lock files by ~200 bytes per wheel.
 JSON_LIMIT = 8 * MIB
 LOCK_LIMIT = 1 * MIB
+# Generated files: the largest committed one (docker-bake.json) is ~40 KiB for the whole matrix.
+GENERATED_LIMIT = 1 * MIB
+# A cosign key (PEM) is under 1 KiB; a --protect list of digests ~100 bytes a line.
+KEY_LIMIT = 64 * KIB
+PROTECT_LIMIT = 8 * MIB
 _CHUNK = 64 * KIB
 
 
-def read_text(path: Path, *, limit: int, missing_hint: str | None = None) -> str:
-    """The UTF-8 text of the regular file `path` (a leading BOM dropped), at most `limit` bytes."""
+def read_text(path: Path, *, limit: int, missing_hint: str | None = None, follow_symlinks: bool = True) -> str:
+    """The UTF-8 text of the regular file `path` (a leading BOM dropped), at most `limit` bytes.
+
+    `follow_symlinks=False`: a symlink at `path` itself is refused (file-type) and never opened.
+    """
     shown = str(path)
-    data = _read_bytes(path, shown, limit, missing_hint)
+    data = _read_bytes(path, shown, limit, missing_hint, follow_symlinks)
     if b"\0" in data:
         line = data.count(b"\n", 0, data.index(b"\0")) + 1
         raise ConfigError("binary file (it contains NUL bytes), not text", location=Location(shown, line),
@@ -45,14 +57,53 @@ def read_text(path: Path, *, limit: int, missing_hint: str | None = None) -> str
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def _read_bytes(path: Path, shown: str, limit: int, missing_hint: str | None) -> bytes:
+def read_optional(path: Path, *, limit: int = GENERATED_LIMIT, follow_symlinks: bool = False) -> str | None:
+    """`read_text` of a file that may be absent (a generated file not rendered yet): None when nothing is there.
+
+    Anything else that is not a bounded UTF-8 regular file (a directory, fifo, symlink, device, huge or
+    Latin-1 file) is a ConfigError naming it, so a caller decides what such a file means.
+    """
     try:
-        # O_NONBLOCK: opening a fifo must not wait for a writer; it is refused below as not a regular file.
+        os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _open_error(error, str(path)) from None
+    return read_text(path, limit=limit, follow_symlinks=follow_symlinks)
+
+
+def tail_lines(path: Path, lines: int, *, window: int = 64 * KIB) -> list[str]:
+    """The last `lines` lines of a log we wrote (build.log, debootstrap.log), reading at most its last `window`
+    bytes, undecodable bytes replaced; [] when it cannot be read. A log may be gigabytes: only its end is read."""
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return []
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return []
+        os.lseek(fd, max(info.st_size - window, 0), os.SEEK_SET)
+        data = os.read(fd, window)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
+def _read_bytes(path: Path, shown: str, limit: int, missing_hint: str | None, follow_symlinks: bool = True) -> bytes:
+    # O_NONBLOCK: opening a fifo must not wait for a writer; it is refused below as not a regular file.
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise ConfigError("file not found", location=Location(shown), rule="file-exists",
                           hint=missing_hint or "check the path, or create the file") from None
     except OSError as error:
+        if not follow_symlinks and error.errno == errno.ELOOP and os.path.islink(path):
+            raise ConfigError("is a symlink where a file xla-images generates belongs", location=Location(shown),
+                              rule="file-type", hint="remove the link; `./build.py render` writes the file") from None
         raise _open_error(error, shown) from None
     try:
         info = os.fstat(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import resource
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,9 +29,11 @@ FIXTURE_LOCK = ROOT / "tests" / "fixtures" / "matrix" / "r2.9.0_3.11_cpu.require
 ERROR_LINE = re.compile(r"^(?:(?P<location>.+?): )?error \[(?P<rule>[a-z0-9-]+)\]: \S", re.MULTILINE)
 LOCATED = re.compile(r":(?P<line>\d+)(:\d+)?$")
 # Rules about the file as a whole (it is a directory, too big, ...): these need no line.
-WHOLE_FILE_RULES = {"file-exists", "file-readable", "file-type", "file-size", "yaml-size"}
+WHOLE_FILE_RULES = {"file-exists", "file-readable", "file-type", "file-size", "yaml-size", "disk-symlink", "disk-type",
+                    "disk-outside"}
 MEMORY_LIMIT = 1024 * 1024 * 1024  # address space of a limited run; importing the CLI takes ~250 MB of it
 CPU_LIMIT = 20  # seconds of CPU time; a bounded answer needs well under one
+ANSWER_SECONDS = 60  # wall time an in-process command may take before it counts as hanging (answers take < 1 s)
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,32 @@ class Outcome:
         return [match.group("rule") for match in ERROR_LINE.finditer(self.err)]
 
 
+class NoAnswer(Exception):
+    """The command did not answer within ANSWER_SECONDS: a hang (a fifo opened, /dev/zero read...)."""
+
+
+def _no_answer(signum: int, frame: object) -> None:
+    raise NoAnswer(f"no answer within {ANSWER_SECONDS} s")
+
+
 def run_cli(*args: str) -> Outcome:
-    """`build.py ARGS` in this process, through main() and its error handling, with captured streams."""
+    """`build.py ARGS` in this process, through main() and its error handling, with captured streams.
+
+    A hang fails the test after ANSWER_SECONDS (an alarm, not a wall-clock deadline per example: a loaded CI
+    machine makes answers slower, never a passing case failing)."""
     runner = CliRunner()
     code = 0
-    with runner.isolation() as (out, err, _):
-        try:
-            main(list(args))
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
+    previous = signal.signal(signal.SIGALRM, _no_answer)
+    signal.alarm(ANSWER_SECONDS)
+    try:
+        with runner.isolation() as (out, err, _):
+            try:
+                main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     return Outcome(code, out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace"))
 
 

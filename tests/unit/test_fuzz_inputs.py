@@ -9,11 +9,11 @@ fuzzed on mutated committed locks.
 
 Budget: derandomized (the same examples every run, so CI is repeatable) and ~40 s in all on a 2-core
 machine. Memory and time bounds of the explosive classes are proven in a limited subprocess by
-test_hostile_inputs.py; here each example must also answer within DEADLINE.
+test_hostile_inputs.py; here a hang fails the example through run_cli's alarm. No per-example wall-clock
+deadline: on a loaded machine it failed examples that pass (a Flaky error when the re-run was quick).
 """
 from __future__ import annotations
 
-import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +28,7 @@ from hostile_inputs import FIXTURE_LOCK, FIXTURE_MATRIX, ROOT, assert_answered, 
 from xla_images.errors import ConfigError
 from xla_images.model import lockfile
 
-DEADLINE = datetime.timedelta(seconds=5)
-FUZZ = settings(derandomize=True, database=None, deadline=DEADLINE, print_blob=True,
+FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 MATRIX_DATA = yaml.safe_load(FIXTURE_MATRIX.read_text())
 SITE_DATA = {

@@ -89,6 +89,11 @@ MATRIX_CASES = [
     ("complex-key", "? [a, b]\n: 1\n", "yaml-key", None),
     ("two-documents", MATRIX + "---\nschema: 1\n", "yaml-syntax", "---"),
     ("control-character", "schema: 1\x07\n", "yaml-syntax", None),
+    # canonical equality (issue 19): 3.010 is 3.10 and 02.9.0 is 2.9.0 -- never a second flavour beside it
+    ("python-leading-zero", edit('"3.9", "3.10"', '"3.9", "3.010"'), "version-format", '"3.010"'),
+    ("python-leading-zero-unquoted", edit('"3.9", "3.10"', '"3.9", 3.010'), "version-format", "3.010"),
+    ("release-leading-zero", edit('"2.9.0":\n', '"02.9.0":\n'), "version-format", '"02.9.0"'),
+    ("torch-leading-zero", edit('torch: "2.9.0"', 'torch: "2.09.0"'), "version-format", 'torch: "2.09.0"'),
 ]
 
 
@@ -177,6 +182,13 @@ SITE_CASES = [
     ("two-sources-one-name", "wheel_sources:\n  - name: a\n  - name: a  # again\n", "site-wheel-sources", "again"),
     ("nul-in-ca-bundle", 'ca_bundle: "a\\0b"\n', "site-ca-bundle", "ca_bundle"),
     ("space-in-registry", "registry: host/ repo\n", "site-registry", "registry"),
+    # registry hosts as Docker reads them (issue 19)
+    ("registry-port-too-big", "registry: 127.0.0.1:65536/x\n", "site-registry", "registry"),
+    ("registry-dot-dot", "registry: a..b:5000/x\n", "site-registry", "registry"),
+    ("registry-leading-hyphen", "registry: -a.example/x\n", "site-registry", "registry"),
+    # refused, not cut at 200 characters (a cut specifier matches other releases)
+    ("long-specifier", "wheel_sources:\n  - name: a\n    match: {torch_xla: '" + ">=2.7," * 40 + "<3'}\n",
+     "site-wheel-sources", "name: a"),
     ("site-bomb", BOMB.replace("a: &a", "bases: &a"), "yaml-aliases", "e: &e"),
     ("site-list", "- registry\n", "site-schema", None),
 ]
@@ -241,6 +253,22 @@ PUBLISHED_CASES = [
     ("nan", '{"schema": NaN, "flavours": {}}', "NaN is not a value"),
     ("deep", "[" * 100_000 + "]" * 100_000, "recursion"),
     ("syntax", '{"schema": 1,\n "flavours": {', "Expecting property name"),
+    # promotions (issue 19): read by resolve, merge and prune, validated whole before any of them uses it
+    ("promotions-int", _published(promotions=3), "`promotions` is a int"),
+    ("promotions-strings", _published(promotions=["127.0.0.1:9/y"]), "promotion 1 is not an object"),
+    ("promotions-map", _published(promotions={"registry": "127.0.0.1:9/y"}), "`promotions` is a dict"),
+    ("promotion-without-digest", _published(promotions=[{"registry": "127.0.0.1:9/y"}]),
+     "promotion 1: `digest` None is not a sha256"),
+    ("promotion-bad-registry", _published(promotions=[{"registry": "-x:99999/y", "digest": DIGEST}]),
+     "promotion 1: `registry`"),
+    ("promotion-twice", _published(promotions=[{"registry": "127.0.0.1:9/y", "digest": DIGEST}] * 2),
+     "is promoted to twice"),
+    ("registry-not-a-registry", _published(registry="nohost"), "`registry` 'nohost'"),
+    ("tags-empty", _published(tags=[]), "`tags` is not a list"),
+    ("tag-twice", '{"schema": 1, "flavours": {\n"r2.9.0_3.11_cpu": %s,\n"r2.9.0_3.11_cpu": %s}}'
+     % (json.dumps(GOOD_ENTRY), json.dumps(GOOD_ENTRY)), "key 'r2.9.0_3.11_cpu' is written twice"),
+    ("field-twice", _published().replace('"pushed_at": ""', '"pushed_at": "",\n"digest": "%s"' % DIGEST),
+     "key 'digest' is written twice"),
 ]
 
 
@@ -258,6 +286,32 @@ def test_hostile_published_json_is_refused(tmp_path: Path, text: str, message: s
 def test_a_good_published_json_still_parses() -> None:
     entries = publish.parse_published(_published(), "p.json")
     assert entries["r2.9.0_3.11_cpu"].digest == DIGEST
+    promoted = publish.parse_published(_published(promotions=[{"registry": "127.0.0.1:9/y", "digest": DIGEST,
+                                                               "ref": "r", "from": "f", "promoted_at": "t"}]), "p")
+    assert promoted["r2.9.0_3.11_cpu"].promotions[0]["registry"] == "127.0.0.1:9/y"
+
+
+def test_a_tag_written_twice_is_named_at_its_second_line(tmp_path: Path) -> None:
+    text = ('{"schema": 1, "flavours": {\n"r2.9.0_3.11_cpu": %s,\n"r2.9.0_3.11_cpu": %s}}'
+            % (json.dumps(GOOD_ENTRY), json.dumps(GOOD_ENTRY)))
+    with pytest.raises(ConfigError) as caught:
+        publish.parse_published(text, "p.json")
+    assert caught.value.location.line == 3
+
+
+@pytest.mark.parametrize("output", ["file/published.json", "/proc/xla-images-published.json",
+                                    "/sys/xla-images-published.json", "folder"])
+def test_published_merge_output_of_the_wrong_shape_is_named(tmp_path: Path, output: str) -> None:
+    part = tmp_path / "part.json"
+    part.write_text(_published())
+    (tmp_path / "file").write_text("a file where a folder is named\n")
+    (tmp_path / "folder").mkdir()
+    target = Path(output) if output.startswith("/") else tmp_path / output
+    outcome = run_cli("published", "merge", str(part), "-o", str(target))
+    assert outcome.code in (1, 2), outcome.err
+    assert_answered(outcome, allowed_failures=frozenset({"disk-write"}))
+    assert set(outcome.rules) <= {"disk-write", "disk-type"}, outcome.err
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 # --- lock files ----------------------------------------------------------------------------------------------
@@ -269,7 +323,11 @@ LOCK = FIXTURE_LOCK.read_text()
     (LOCK.replace("  # torch-", "  # ../../../etc/torch-", 1), "../../../etc/torch-"),
     (LOCK + "x" * 100_000 + "\n", "xxxx"),
     (LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "  #" + " " * 5000 + "x\n", "  #   "),
-], ids=["path-in-wheel-name", "huge-line", "long-whitespace"])
+    (LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "\n", "torch==2.9.0 --hash=sha256:aaaa"),
+    (LOCK + "Torch_XLA==2.9.0 --hash=sha256:" + "b" * 64 + "\n", "Torch_XLA=="),
+    (LOCK + "extra==not-a-version --hash=sha256:" + "c" * 64 + "\n", "extra==not-a-version"),
+], ids=["path-in-wheel-name", "huge-line", "long-whitespace", "pinned-twice", "pinned-twice-other-spelling",
+        "not-a-version"])
 def test_hostile_lock_lines_are_refused_with_line(text: str, line: str) -> None:
     with pytest.raises(ConfigError) as caught:
         lockfile.parse_lock(text, "requirements.lock")
@@ -278,9 +336,10 @@ def test_hostile_lock_lines_are_refused_with_line(text: str, line: str) -> None:
     assert len(caught.value.render()) < 1000
 
 
-@pytest.mark.parametrize("kind, state", [("directory", "missing"), ("fifo", "missing"), ("binary", "stale"),
+# Something is there, so not `missing`: `stale` with why (`lock` then names it, e.g. a directory is disk-type).
+@pytest.mark.parametrize("kind, state", [("directory", "stale"), ("fifo", "stale"), ("binary", "stale"),
                                          ("oversized", "stale")])
-def test_a_lock_that_is_not_a_text_file_is_missing_or_stale(tmp_path: Path, kind: str, state: str) -> None:
+def test_a_lock_that_is_not_a_text_file_is_stale(tmp_path: Path, kind: str, state: str) -> None:
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     lock = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock"
     lock.parent.mkdir(parents=True)
@@ -327,3 +386,56 @@ def test_yaml_limits_are_checked_on_the_composed_graph_not_the_data() -> None:
         yamlsrc.loads(BOMB, "bomb.yaml")
     assert caught.value.rule == "yaml-aliases"
     assert caught.value.location.line <= 6  # refused while composing, well before the last line
+
+
+def test_a_lock_pinning_a_package_twice_is_stale_not_fresh(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    lock = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "requirements.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(LOCK + "torch==2.9.0 --hash=sha256:" + "a" * 64 + "\n")
+    outcome = run_cli("list", "--json", "--matrix", str(tmp_path / "matrix.yaml"), "--torch-xla", "2.9",
+                      "--python", "3.11", "--accelerator", "cpu")
+    assert outcome.code == 0, outcome.err
+    assert json.loads(outcome.out)[0]["lock"] == "stale"
+
+
+# --- numbers and addresses from the command line and the environment -----------------------------------------
+
+@pytest.mark.parametrize("args", [("prune", "--keep", "1", "--older-than", "99999999999"),
+                                  ("prune", "--keep", "99999999999999999999", "--older-than", "1"),
+                                  ("build", "-j", "100000"), ("promote", "--to", "127.0.0.1:9/x", "--chunk-mb", "1e9")])
+def test_numeric_options_beyond_their_bounds_are_usage_errors(args: tuple[str, ...]) -> None:
+    outcome = run_cli(*args, "--matrix", str(ROOT / "matrix.yaml"))
+    assert outcome.code == 2, outcome.err
+    assert "Traceback" not in outcome.err and "Invalid value" in outcome.err
+
+
+def test_prune_planning_refuses_an_age_past_the_calendar() -> None:
+    import datetime
+
+    from xla_images.run import prune
+    with pytest.raises(ConfigError) as caught:
+        prune.plan_prune({}, 1, 10 ** 12, {}, datetime.date(2026, 1, 1))
+    assert caught.value.rule == "prune-options"
+
+
+@pytest.mark.parametrize("host", ["tcp://127.0.0.1:99999", "tcp://:x", "tcp://[::1"])
+def test_a_docker_host_that_does_not_parse_is_named(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    from xla_images.run.engine import connection
+    monkeypatch.setenv("DOCKER_HOST", host)
+    connection.client.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            connection.client()
+    finally:
+        connection.client.cache_clear()
+    assert caught.value.rule == "engine-host" and caught.value.location == "DOCKER_HOST"
+
+
+@pytest.mark.parametrize("under", ["", "/sub"])
+def test_a_wheelhouse_that_is_a_file_is_named(tmp_path: Path, under: str) -> None:
+    (tmp_path / "file").write_text("x\n")
+    outcome = run_cli("wheels", "fetch", "r2.9.0_3.11_cpu", "--matrix", str(ROOT / "matrix.yaml"),
+                      "--wheelhouse", str(tmp_path / "file") + under)
+    assert outcome.code == 2, outcome.err
+    assert outcome.rules == ["disk-type"], outcome.err

@@ -274,7 +274,7 @@ def test_a_bad_protect_line_names_file_and_line(tmp_path: Path, bad: str) -> Non
 def test_a_missing_protect_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         prune.parse_protect(tmp_path / "absent.txt")
-    assert caught.value.rule == "protect-format"
+    assert caught.value.rule == "file-exists"  # the bounded reader names it, like every input file
 
 
 def entry(tag: str, n: int, promotions: tuple = ()) -> Published:

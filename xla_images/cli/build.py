@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
+from .. import userfiles
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..model.target import Target
@@ -63,7 +64,7 @@ def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | 
 
 @click.command("build")
 @click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Flavours built at the same time.")
 @click.option("--keep-going", is_flag=True,
               help="Go on with the other flavours when one fails (summary at the end; exit 1 if any failed). "
@@ -250,7 +251,7 @@ def _result_text(result: building.FlavourResult) -> str:
 def _log_tail(result: building.FlavourResult) -> str:
     if result.log is None or not result.log.is_file():
         return f"  {result.message}"
-    lines = result.log.read_text(encoding="utf-8", errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
+    lines = userfiles.tail_lines(result.log, FAILURE_TAIL_LINES)  # only the log's end is read, however long
     return "\n".join([f"  --- last lines of {result.log} ---", *("  " + line for line in lines)])
 
 

@@ -31,7 +31,9 @@ def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 **kwargs: Any) -> Any:
         if site_path is None:
             candidate = resolve_path(matrix_path).parent / DEFAULT_SITE
-            site_path = candidate if candidate.is_file() else None
+            # Anything there (a directory, fifo, broken link) is read, so the reader names what is wrong with it:
+            # a site.yaml silently skipped would build with other settings than the user wrote.
+            site_path = candidate if os.path.lexists(candidate) else None
         plan = load_plan(matrix_path, site_path, overrides)
         return command(*args, plan=plan, **kwargs)
 

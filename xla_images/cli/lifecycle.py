@@ -23,7 +23,7 @@ def _say(line: str) -> None:
 @click.option("--to", "destination_text", metavar="HOST[:PORT]/REPO", required=True, help="Where to copy them.")
 @click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
               help=f"Record of pushes and promotions (default: {PUBLISHED_NAME} next to the matrix).")
-@click.option("--chunk-mb", type=click.IntRange(min=1), default=promoting.DEFAULT_CHUNK >> 20, show_default=True,
+@click.option("--chunk-mb", type=click.IntRange(1, 1024), default=promoting.DEFAULT_CHUNK >> 20, show_default=True,
               help="Size of each PATCH when a blob is streamed between registries.")
 @flavour_filters
 @plan_options
@@ -60,9 +60,9 @@ def promote(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], 
 @click.command("prune")
 @click.option("--registry", "registry_text", metavar="HOST[:PORT]/REPO", default=None,
               help="The repository to prune (default: the site's registry).")
-@click.option("--keep", type=click.IntRange(min=0), required=True,
+@click.option("--keep", type=click.IntRange(0, pruning.MAX_KEEP), required=True,
               help="Dated nightly tags always kept per series (the newest N).")
-@click.option("--older-than", "older_than", type=click.IntRange(min=0), required=True, metavar="DAYS",
+@click.option("--older-than", "older_than", type=click.IntRange(0, pruning.MAX_AGE_DAYS), required=True, metavar="DAYS",
               help="Of the rest, delete those whose date is more than DAYS days ago.")
 @click.option("--dry-run", is_flag=True, help="Say what would go; delete nothing, collect nothing.")
 @click.option("--protect", "protect_files", type=click.Path(path_type=Path), multiple=True, metavar="FILE",

@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import layers, resources
-from ..errors import ErrorList
+from .. import layers, resources, userfiles
+from ..errors import ConfigError, ErrorList
 from ..model import matrix, nightly, wheel_index
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
@@ -97,4 +97,8 @@ def _tree_digest(directory: Path) -> str:
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8") if path.is_file() else ""
+    """A lock's text for the id; an absent or unreadable one counts as none (`render --check` reports it)."""
+    try:
+        return userfiles.read_optional(path, limit=userfiles.LOCK_LIMIT, follow_symlinks=True) or ""
+    except ConfigError:
+        return ""

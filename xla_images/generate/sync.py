@@ -10,20 +10,25 @@ Every file xla-images generates goes through here, whichever command made it:
   `write_if_changed`; its freshness is its `# inputs:` header against what the plan asks now (`lock_status`),
   so `check` needs no network.
 
-Contract: a write never leaves half a file (a temporary file beside it, then a rename); a file is written only
-when its text differs; a directory or file is deleted only when it carries GENERATED_MARK, so nothing a user
-wrote is removed; `check` writes nothing and asks no network.
+Contract: a write never leaves half a file (diskio.write_text_atomic: an exclusive temporary file beside it,
+then a rename, Ctrl-C held back meanwhile); a file is written only when its text differs; every write and
+removal stays inside the repository, through no symlink (a symlinked `Dockerfiles/`, flavour folder or
+generated file is a `disk-symlink` error naming it, a file where a folder belongs `disk-type`); a directory or
+file is deleted only when it carries GENERATED_MARK and is no link, so nothing a user wrote is removed; every
+read is bounded (userfiles: a fifo, device, link, huge or non-UTF-8 file is reported, never read through);
+`check` writes nothing and asks no network.
 """
 from __future__ import annotations
 
 import enum
 import os
-import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from .. import diskio, userfiles
 from ..errors import ConfigError, XlaImagesError
 from ..model import lockfile
 from ..model.target import Target
@@ -79,7 +84,7 @@ def lint_targets(plan: Plan) -> dict[str, str]:
     files = {str(path): text for path, text in expected_files(plan).items()
              if path.name in render.TEMPLATES or str(path).startswith(f"{WHEEL_BUILDS_DIR}/")}
     for relative in WHEEL_BUILD_STATIC:
-        text = _read(plan.root / relative)
+        text = userfiles.read_optional(plan.root / relative)
         if text is not None:
             files[relative] = text
     return files
@@ -87,25 +92,25 @@ def lint_targets(plan: Plan) -> dict[str, str]:
 
 # --- writing ----------------------------------------------------------------------------------------------
 
-def write_if_changed(path: Path, text: str) -> bool:
-    """Write `text` to `path` unless it holds exactly that already; True when it wrote.
+def write_if_changed(path: Path, text: str, root: Path | None = None) -> bool:
+    """Write `text` to `path` unless it holds exactly that already; True when it wrote. With `root` (the
+    repository), the path is checked first to lie inside it through no link (diskio.inside).
 
     The new file gets the umask's mode like any checkout file (builders and other users read the generated
-    files), which is why this is not diskio.write_text_atomic: that one is for outputs (reports, published.json)
-    and keeps its temporary file private.
+    files). Whatever stands at `path` that is not a bounded UTF-8 file (a fifo, a sparse giant, Latin-1 text) is
+    simply replaced; a symlink or a directory there is an error naming it (diskio.inside).
     """
+    if root is not None:
+        diskio.inside(root, path)
     if _read(path) == text:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(text, encoding="utf-8")
-    os.replace(scratch, path)  # never a half-written file
+    diskio.write_text_atomic(path, text, "a generated file", root=root, shared=True)
     return True
 
 
 def write_files(root: Path, files: dict[Path, str]) -> list[Path]:
     """Write the files (relative to `root`) that differ from the disk; return those written."""
-    return [relative for relative, text in files.items() if write_if_changed(root / relative, text)]
+    return [relative for relative, text in files.items() if write_if_changed(root / relative, text, root)]
 
 
 def write(plan: Plan) -> WriteResult:
@@ -115,18 +120,20 @@ def write(plan: Plan) -> WriteResult:
     generated; anything else in it is left alone and reported, so render never deletes a user's work.
     """
     files = expected_files(plan)
+    for relative in files:  # refuse a symlinked or misshapen folder before anything is written
+        diskio.inside(plan.root, relative)
     written = write_files(plan.root, files)
     removed, kept = [], []
     for directory in _orphan_dirs(plan):
         relative = str(directory.relative_to(plan.root))
-        if all(_is_generated(path) for path in directory.rglob("*") if path.is_file()):
-            shutil.rmtree(directory)
+        if _holds_only_generated(directory):
+            diskio.remove_tree(plan.root, directory)
             removed.append(relative)
         else:
             kept.append(relative)
     for path in _orphan_wheel_builds(plan):
         if _is_generated(path):
-            path.unlink()
+            diskio.remove_file(plan.root, path)
             removed.append(str(path.relative_to(plan.root)))
     return WriteResult(tuple(str(path) for path in written), len(files) - len(written), tuple(removed), tuple(kept))
 
@@ -137,7 +144,12 @@ def drift(root: Path, files: dict[Path, str]) -> list[Finding]:
     """`files` (relative to `root`) that are missing on disk or differ from what is there."""
     findings = []
     for relative, text in files.items():
-        on_disk = _read(root / relative)
+        diskio.inside(root, relative)  # a symlinked or misshapen folder on the way is an error naming it
+        try:
+            on_disk = userfiles.read_optional(root / relative)
+        except ConfigError as error:
+            findings.append(Finding("stale", str(relative), f"{error.message}; run `{RENDER_COMMAND}`"))
+            continue
         if on_disk is None:
             findings.append(Finding("missing", str(relative), f"not rendered; run `{RENDER_COMMAND}`"))
         elif on_disk != text:
@@ -155,13 +167,12 @@ def check(plan: Plan) -> list[Finding]:
 
 
 def _orphans(plan: Plan) -> list[Finding]:
-    findings = [Finding("orphan", str(directory.relative_to(plan.root)),
-                        f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it")
+    findings = [Finding("orphan", str(directory.relative_to(plan.root)), _orphan_dir_message(directory))
                 for directory in _orphan_dirs(plan)]
     owned = set(render.TEMPLATES) | {LOCK_NAME}
     for flavour in plan.flavours:
         directory = plan.flavour_dir(flavour)
-        if directory.is_dir():
+        if _is_real_dir(directory):
             for path in sorted(directory.iterdir()):
                 if path.name not in owned:
                     findings.append(Finding("orphan", str(path.relative_to(plan.root)),
@@ -173,36 +184,69 @@ def _orphans(plan: Plan) -> list[Finding]:
     return findings
 
 
+def _orphan_dir_message(directory: Path) -> str:
+    """What to do about an entry of Dockerfiles/ no flavour owns: only `render` removes what it generated."""
+    if _holds_only_generated(directory):
+        return f"no flavour of the matrix has this tag; run `{RENDER_COMMAND}` to remove it"
+    if _is_real_dir(directory):
+        return "no flavour of the matrix has this tag, and it holds files xla-images did not generate; delete it"
+    return "not a folder xla-images generates; delete it"
+
+
 def _orphan_wheel_builds(plan: Plan) -> list[Path]:
     """Files in wheel-builds/ that are neither the committed script and builder nor a current parameter file."""
     folder = plan.root / WHEEL_BUILDS_DIR
-    if not folder.is_dir():
+    if not _is_real_dir(folder):
         return []
     known = set(WHEEL_BUILD_STATIC) | set(render.render_wheel_builds(plan.flavours))
     return [path for path in sorted(folder.iterdir())
-            if path.is_file() and str(path.relative_to(plan.root)) not in known]
+            if not _is_real_dir(path) and str(path.relative_to(plan.root)) not in known]
 
 
 def _orphan_dirs(plan: Plan) -> list[Path]:
+    """Entries of Dockerfiles/ no flavour owns: folders, and links or files (never generated, so never removed)."""
     parent = plan.root / DOCKERFILES
-    if not parent.is_dir():
+    if not _is_real_dir(parent):
         return []
     tags = {flavour.tag for flavour in plan.flavours}
-    return [path for path in sorted(parent.iterdir()) if path.is_dir() and path.name not in tags]
+    return [path for path in sorted(parent.iterdir()) if path.name not in tags]
 
 
-def _is_generated(path: Path) -> bool:
+def _is_real_dir(path: Path) -> bool:
+    """A directory, not a link to one (lstat)."""
     try:
-        with path.open(encoding="utf-8") as handle:
-            return any(GENERATED_MARK in handle.readline() for _ in range(3))
-    except (OSError, UnicodeDecodeError):
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
         return False
 
 
-def _read(path: Path) -> str | None:
+def _holds_only_generated(directory: Path) -> bool:
+    """A real folder whose every entry, all the way down, is a real folder or a generated regular file."""
+    if not _is_real_dir(directory):
+        return False
+    for folder, subfolders, names in os.walk(directory):  # os.walk follows no links by default
+        for name in subfolders:
+            if not _is_real_dir(Path(folder) / name):
+                return False
+        if not all(_is_generated(Path(folder) / name) for name in names):
+            return False
+    return True
+
+
+def _is_generated(path: Path) -> bool:
+    """A regular file (no link) whose first three lines carry GENERATED_MARK."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = userfiles.read_optional(path)
+    except ConfigError:
+        return False
+    return text is not None and any(GENERATED_MARK in line for line in text.splitlines()[:3])
+
+
+def _read(path: Path) -> str | None:
+    """The text at `path`, or None when it is absent or not a bounded UTF-8 regular file (render replaces it)."""
+    try:
+        return userfiles.read_optional(path)
+    except ConfigError:
         return None
 
 
@@ -224,7 +268,7 @@ class LockStatus:
 def lock_status(plan: Plan, flavour: Target) -> LockStatus:
     """Compare the committed lock with the inputs the matrix and site give now (no network)."""
     path = plan.lock_path(flavour)
-    if not path.is_file():
+    if not os.path.lexists(path):
         reason = lockfile.unavailable_reason(plan.site, flavour.wheel_source, flavour)
         if reason:
             return LockStatus(LockState.UNAVAILABLE, f"unlocked (wheels not available here): {reason}")

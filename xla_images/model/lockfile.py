@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import Version
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from .. import userfiles
-from ..errors import ConfigError, Failure, Location, shown_value
+from ..errors import ConfigError, Failure, Location, shorten, shown_value
 from ..names import GENERATED_MARK, LOCK_NAME
 from .site import Site, WheelSource
 from .target import Target
@@ -83,6 +84,7 @@ def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
     """Parse a lock file; any line that is neither a comment nor a pin is an error naming file:line."""
     inputs = None
     entries = []
+    seen: dict[str, int] = {}  # canonical name -> line: a package pinned twice makes no sense to pip
     for number, raw in enumerate(text.splitlines(), start=1):
         if len(raw) > MAX_LOCK_LINE:  # before any regex: generated lines are ~200 characters
             raise ConfigError(f"line of {len(raw)} characters, longer than any lock line", rule="lock-format",
@@ -99,12 +101,29 @@ def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
             raise ConfigError(f"not a lock line: {shown_value(raw, 100)}", location=Location(where, number),
                               rule="lock-format",
                               hint="locks are generated; regenerate it with `./build.py lock`")
+        problem = _pin_problem(match.group("name"), match.group("version"), seen)
+        if problem:
+            raise ConfigError(problem, location=Location(where, number), rule="lock-format",
+                              hint="locks are generated; regenerate it with `./build.py lock`")
+        seen[canonicalize_name(match.group("name"))] = number
         entries.append(LockEntry(match.group("name"), match.group("version"), match.group("sha256"),
                                  match.group("filename"), bool(match.group("local"))))
     if inputs is None:
         raise ConfigError("the lock has no `# inputs: sha256:...` header line", location=Location(where),
                           rule="lock-format", hint="regenerate it with `./build.py lock`")
     return Lock(inputs, tuple(entries))
+
+
+def _pin_problem(name: str, version: str, seen: dict[str, int]) -> str | None:
+    """Why a pin cannot stand in a lock (a version pip cannot read, a package already pinned), or None."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        return f"{shorten(name, 60)}=={shown_value(version, 60)}: not a version"
+    earlier = seen.get(canonicalize_name(name))
+    if earlier is not None:
+        return f"{shorten(name, 60)} is pinned twice (also on line {earlier})"
+    return None
 
 
 def read_lock(path: Path) -> Lock:

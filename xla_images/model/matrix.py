@@ -190,7 +190,24 @@ def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pat
         errors.error(keys, f"{what} {shown_value(text)} is not a version like {example}", "version-format",
                      f'write it as a quoted string, e.g. "{example}"')
         return None
+    if _non_canonical(errors, keys, text, what):
+        return None
     return text
+
+
+_LEADING_ZERO = re.compile(r"(?:^|\.)0\d", re.ASCII)
+
+
+def _non_canonical(errors: _Collector, keys: KeyPath, text: str, what: str) -> bool:
+    """A version with a leading zero (`3.010`, `02.9.0`) is the same version as its canonical form (packaging:
+    Version("3.010") == Version("3.10")) but would make another tag and name no real python or wheel: refused,
+    so it can never stand beside its canonical twin as a second flavour."""
+    if not _LEADING_ZERO.search(text):
+        return False
+    canonical = str(Version(text))
+    errors.error(keys, f"{what} {text} is {canonical} written with a leading zero", "version-format",
+                 f'write it as "{canonical}" (versions compare by value: {text} and {canonical} are one version)')
+    return True
 
 
 def _git_rev(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str | None:
@@ -314,6 +331,8 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
     if not RELEASE_VERSION.fullmatch(version):
         errors.error(keys, f"release key {shown_value(version)} is not a torch_xla version like 2.9.0",
                      "version-format", 'quote it: "2.9.0"')
+    else:
+        _non_canonical(errors, keys, version, "release")
     if not isinstance(settings, dict):
         errors.error(keys, "a release must be a mapping of settings", "schema-type",
                      "give torch, pytorch_git_rev, xla_git_rev, python_support and libtpu under it")

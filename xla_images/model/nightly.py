@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from .. import userfiles
 from ..errors import ConfigError, Location
 from ..names import DOCKERFILES, LOCK_NAME
 from .flavour import AnyFlavour, dev_base
@@ -28,7 +29,7 @@ def pin_from_locks(flavours: Iterable[AnyFlavour], root: Path) -> list[AnyFlavou
 def pin_from_lock(flavour: AnyFlavour, path: Path) -> AnyFlavour:
     if not path.is_file():
         return flavour  # unpinned: `lock` will choose the night; build refuses it until then (no fresh lock)
-    text = path.read_text(encoding="utf-8")
+    text = userfiles.read_text(path, limit=userfiles.LOCK_LIMIT)  # bounded: a 3 GiB or Latin-1 lock is an error
     entries = parse_lock(text, str(path)).by_name()
     versions = {}
     for module, name in PACKAGES.items():

@@ -10,8 +10,33 @@ from ..errors import ConfigError, Location
 
 EXAMPLE = "127.0.0.1:5000/xla-images"
 _REPOSITORY_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_HOST = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::\d+)?$")
+# Docker's reference grammar (distribution/reference): a domain is dot-separated components of letters, digits
+# and inner hyphens (no empty component, so no `..`; no leading or trailing `-`), or a bracketed IPv6 address;
+# then an optional port. The port must also be one a socket can use: 1-65535.
+_COMPONENT = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"^(?P<name>\[[0-9a-fA-F:.]+\]|{_COMPONENT}(?:\.{_COMPONENT})*)(?::(?P<port>[0-9]{{1,5}}))?$",
+                   re.ASCII)
+MAX_PORT = 65535
 SHAPE = "expected HOST[:PORT]/REPOSITORY"
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` (`NAME[:PORT]`) is not a registry host as Docker reads it, or None."""
+    match = _HOST.fullmatch(host)
+    if match is None:
+        return (f"{host!r} is not a registry host (letters, digits, inner hyphens and single dots, or [IPv6], "
+                "then :PORT)")
+    if match["port"] is not None and not 1 <= int(match["port"]) <= MAX_PORT:
+        return f"port {match['port']} is not between 1 and {MAX_PORT}"
+    if match["name"].startswith("["):
+        try:
+            ipaddress.IPv6Address(match["name"][1:-1])
+        except ValueError:
+            return f"{match['name']} is not an IPv6 address"
+    if "." not in host and ":" not in host and host != "localhost":
+        # Docker reads a first part without a dot or port as a Docker Hub namespace, not a registry.
+        return f"{host!r} is not a registry host (it needs a dot, a port or to be localhost)"
+    return None
 
 
 def registry_problem(text: str) -> str | None:
@@ -19,9 +44,9 @@ def registry_problem(text: str) -> str | None:
     host, sep, repository = text.strip().partition("/")
     if not sep or not host or not repository:
         return SHAPE
-    if not _HOST.match(host) or ("." not in host and ":" not in host and host != "localhost"):
-        # Docker reads a first part without a dot or port as a Docker Hub namespace, not a registry.
-        return f"{host!r} is not a registry host (it needs a dot, a port or to be localhost)"
+    problem = host_problem(host)
+    if problem is not None:
+        return problem
     if not all(_REPOSITORY_PART.match(part) for part in repository.split("/")):
         return f"{repository!r} is not a repository name (lowercase letters, digits, . _ - and /)"
     return None

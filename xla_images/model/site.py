@@ -23,6 +23,7 @@ TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_ke
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
 MATCH_KEYS = {"torch_xla", "abi", "channel"}
+MAX_SPECIFIER = 200  # characters of a wheel source's torch_xla specifier; a real one is under 30
 # Settings land in pip.conf, Dockerfile build arguments and lock headers, one per line: whatever the type,
 # no whitespace or control characters (a newline would add a line of its own), and a sane length.
 _PLAIN = re.compile(r"[^\s\x00-\x1f\x7f]{1,2048}")
@@ -344,8 +345,15 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
         errors.append(ConfigError("`match` takes torch_xla (a specifier), abi and channel", location=loc,
                                   rule="site-wheel-sources"))
         return None
+    written = match.get("torch_xla", "")
+    if not isinstance(written, str) or len(written) > MAX_SPECIFIER:
+        # Refused, never cut: a shortened specifier would match other releases than the one written.
+        errors.append(ConfigError(f"torch_xla specifier {shown_value(written)} is not a string of at most "
+                                  f"{MAX_SPECIFIER} characters", location=loc, rule="site-wheel-sources",
+                                  hint='for example ">=2.7" or "==2.6.*"'))
+        return None
     try:
-        specifier = SpecifierSet(str(match.get("torch_xla", ""))[:200])
+        specifier = SpecifierSet(written)
     except InvalidSpecifier:
         errors.append(ConfigError(f"bad torch_xla specifier {shown_value(match.get('torch_xla'))}", location=loc,
                                   rule="site-wheel-sources", hint='for example ">=2.7" or "==2.6.*"'))

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from .. import diskio
 from ..errors import ConfigError, Failure
 from ..generate import cigen
 from ..generate.plan import Plan
@@ -46,7 +47,8 @@ def assemble_bake_contexts(plan: Plan, flavours: list[Target], contexts: Path,
         _replace_context(plan, flavour, contexts / flavour.tag, context.write_context)
     secrets = {flavour.tag: context.context_secrets(contexts / flavour.tag) for flavour in flavours}
     override = contexts / cigen.OVERRIDE_NAME
-    override.write_text(cigen.bake_override(plan, flavours, contexts, base_images, secrets), encoding="utf-8")
+    diskio.write_text_atomic(override, cigen.bake_override(plan, flavours, contexts, base_images, secrets),
+                             "the bake override", shared=True)
     return override
 
 

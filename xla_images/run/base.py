@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .. import userfiles
 from ..errors import ConfigError, Failure
 from ..names import LABEL_PREFIX
 from . import engine
@@ -166,7 +167,7 @@ def _debootstrap(python: str, suite: str, rootfs: Path, mirror: str | None, say:
 
 
 def _tail(path: Path, lines: int) -> list[str]:
-    return ["  " + line for line in path.read_text(errors="replace").splitlines()[-lines:]]
+    return ["  " + line for line in userfiles.tail_lines(path, lines)]
 
 
 def _trim(rootfs: Path) -> None:

@@ -21,7 +21,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import layers
+from .. import layers, userfiles
+from ..errors import ConfigError
 from ..generate.plan import Plan
 from ..model.lockfile import read_lock
 from ..model.site import WheelSource
@@ -94,7 +95,7 @@ def write_context(plan: Plan, flavour: Target, directory: Path, wheelhouse: Path
     notes = []
     dockerfile = plan.rendered[flavour.tag][DOCKERFILE]
     on_disk = plan.flavour_dir(flavour) / DOCKERFILE
-    if not on_disk.is_file() or on_disk.read_text(encoding="utf-8") != dockerfile:
+    if _committed(on_disk) != dockerfile:
         notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
     (directory / DOCKERFILE).write_text(dockerfile, encoding="utf-8")
     shutil.copyfile(plan.lock_path(flavour), directory / LOCK_NAME)
@@ -164,3 +165,11 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)  # wheels reach gigabytes: a hard link costs nothing
     except OSError:
         shutil.copyfile(source, target)
+
+
+def _committed(path: Path) -> str | None:
+    """The committed Dockerfile's text, or None when absent or not a bounded UTF-8 file (a fifo, a link...)."""
+    try:
+        return userfiles.read_optional(path)
+    except ConfigError:
+        return None

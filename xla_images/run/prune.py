@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 
 import yaml
 
-from .. import resources
+from .. import resources, userfiles
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
 from .publish import read_published
@@ -40,6 +40,9 @@ DIGEST_IN_TEXT = re.compile(r"(?:^|@)(sha256:[0-9a-f]{64})$")
 # cosign keeps an image's signature, attestations and attached SBOM under tags named after its digest.
 COSIGN_SUFFIXES = (".sig", ".att", ".sbom")
 DEFAULT_STATE = "/var/lib/xla-images"
+# Bounds of the options: a century of nightlies; beyond it `today - days` leaves the calendar (OverflowError).
+MAX_AGE_DAYS = 36_500
+MAX_KEEP = 100_000
 Progress = Callable[[str], None]
 
 
@@ -50,11 +53,8 @@ def parse_protect(path: Path) -> set[str]:
 
     A published.json (from this or another checkout) is accepted too: every digest it records is protected.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read the protect file: {error.strerror}", location=Location(str(path)),
-                          rule="protect-format", hint="name a file of digests, one per line") from None
+    text = userfiles.read_text(path, limit=userfiles.PROTECT_LIMIT,
+                               missing_hint="name a file of digests, one per line")
     if text.lstrip().startswith("{"):
         return {digest for entry in read_published(path).values() for digest in entry.digests}
     digests = set()
@@ -121,8 +121,9 @@ def dated_nightly(tag: str) -> tuple[str, datetime.date] | None:
 def plan_prune(tags: dict[str, str], keep: int, older_than_days: int, protected: dict[str, str],
                today: datetime.date) -> PrunePlan:
     """Decide, for every dated nightly tag in `tags` (tag -> digest), whether its manifest goes."""
-    if keep < 0 or older_than_days < 0:
-        raise ConfigError("--keep and --older-than must not be negative", rule="prune-options")
+    if not 0 <= keep <= MAX_KEEP or not 0 <= older_than_days <= MAX_AGE_DAYS:
+        raise ConfigError(f"--keep must lie in 0..{MAX_KEEP} and --older-than in 0..{MAX_AGE_DAYS} days",
+                          location="--older-than", rule="prune-options")
     cutoff = today - datetime.timedelta(days=older_than_days)
     series: dict[str, list[tuple[datetime.date, str]]] = {}
     for tag in tags:

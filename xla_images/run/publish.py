@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -21,17 +20,19 @@ from typing import Any, Callable, Mapping
 
 import tenacity
 
-from .. import diskio, userfiles
-from ..errors import ConfigError, Failure, Location, shorten, shown_value
+from .. import diskio
+from ..errors import ConfigError, Failure, Location
+from ..model.published import Published, is_digest, parse_published, read_published
+from ..model.published import document as published_document
 from ..model.registry import Registry
 from ..model.target import Target
-from ..names import FLAVOUR_ID_LABEL, PUBLISHED_SCHEMA, local_ref
+from ..names import FLAVOUR_ID_LABEL, local_ref
 from . import engine, nightly_check, registry as registries
-from .registry import (PASSWORD_ENV, RETRIED_STATUSES, USER_ENV, Credentials, RegistryClient, RetryPolicy, is_digest,
+from .registry import (PASSWORD_ENV, RETRIED_STATUSES, USER_ENV, Credentials, RegistryClient, RetryPolicy,
                        load_credentials, redact, redacting)
 
 __all__ = ["PASSWORD_ENV", "USER_ENV", "Credentials", "RegistryClient", "RetryPolicy", "load_credentials", "redact",
-           "redacting", "is_digest"]
+           "redacting", "is_digest", "Published", "parse_published", "read_published"]
 
 # dockerd retries a failed layer upload itself (5 times, ~50 s), but not the manifest PUT that ends a push:
 # such an answer there is worth one more push (layers already up are skipped). Connection errors are not
@@ -40,43 +41,6 @@ _TRANSIENT_PUSH = re.compile(r"unexpected HTTP status: (?:%s)\b" % "|".join(map(
 
 
 # --- push ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Published:
-    """One fully verified flavour, as published.json records it."""
-
-    tag: str
-    tags: tuple[str, ...]
-    registry: str
-    digest: str
-    labels: dict[str, str]
-    flavour: dict[str, Any]
-    pushed_at: str
-    # Copies `promote` made by digest to other registries: {registry, digest, ref, from, promoted_at}.
-    promotions: tuple[dict[str, str], ...] = ()
-
-    @property
-    def ref(self) -> str:
-        return f"{self.registry}@{self.digest}"
-
-    @property
-    def digests(self) -> set[str]:
-        """Every digest this entry vouches for: the push and its promoted copies (prune never deletes them)."""
-        return {self.digest, *(str(copy["digest"]) for copy in self.promotions)}
-
-    def to_json(self) -> dict[str, Any]:
-        document = {"tag": self.tag, "tags": list(self.tags), "registry": self.registry, "digest": self.digest,
-                    "ref": self.ref, "labels": self.labels, "flavour": self.flavour, "pushed_at": self.pushed_at}
-        if self.promotions:
-            document["promotions"] = [dict(copy) for copy in self.promotions]
-        return document
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Published:
-        return cls(str(data["tag"]), tuple(data["tags"]), str(data["registry"]), str(data["digest"]),
-                   dict(data.get("labels") or {}), dict(data["flavour"]), str(data.get("pushed_at", "")),
-                   tuple(dict(copy) for copy in data.get("promotions") or ()))
-
 
 Progress = Callable[[str], None]
 
@@ -208,66 +172,6 @@ def _now() -> str:
 
 # --- published.json --------------------------------------------------------------------------------------
 
-def read_published(path: Path) -> dict[str, Published]:
-    """The verified pushes recorded in `path` ({} when there is none); read bounded, every field checked."""
-    if not os.path.lexists(path):  # a directory, fifo, device or symlink loop is not "none yet": read_text says
-        return {}
-    return parse_published(userfiles.read_text(path, limit=userfiles.JSON_LIMIT), str(path))
-
-
-def parse_published(text: str, where: str) -> dict[str, Published]:
-    def refuse(message: str, line: int = 1) -> ConfigError:
-        return ConfigError(f"not a published.json written by `build.py push`: {message}",
-                           location=Location(where, line), rule="published-format", hint="delete it and push again")
-
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as error:
-        raise refuse(error.msg, error.lineno) from None
-    except (ValueError, RecursionError) as error:  # NaN/Infinity, a 5000-digit number, 100000 nested arrays
-        raise refuse(shorten(str(error) or type(error).__name__, 80)) from None
-    if not isinstance(data, dict):
-        raise refuse(f"the top level is a {type(data).__name__}, not an object")
-    if type(data.get("schema")) is not int or data["schema"] != PUBLISHED_SCHEMA:  # noqa: E721 -- not true/1.0
-        raise refuse(f"schema is {shown_value(data.get('schema'))}, this xla-images reads {PUBLISHED_SCHEMA}")
-    flavours = data.get("flavours")
-    if not isinstance(flavours, dict):
-        raise refuse("`flavours` is not an object")
-    entries = {}
-    for tag, entry in flavours.items():
-        problem = _published_entry_problem(tag, entry)
-        if problem:
-            line = text.count("\n", 0, max(text.find(json.dumps(tag)), 0)) + 1
-            raise refuse(f"flavour {shown_value(tag)}: {problem}", line)
-        entries[tag] = Published.from_json(entry)
-    return entries
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a value published.json holds")
-
-
-def _published_entry_problem(tag: str, entry: Any) -> str | None:
-    """What is wrong with one entry, or None. Only the fields resolve and push read are required."""
-    if not isinstance(entry, dict):
-        return "the entry is not an object"
-    if entry.get("tag") != tag:
-        return f"its `tag` is {shown_value(entry.get('tag'))}"
-    tags = entry.get("tags")
-    if not isinstance(tags, list) or not all(isinstance(item, str) and item for item in tags):
-        return "`tags` is not a list of tag names"
-    if not isinstance(entry.get("registry"), str) or not entry["registry"]:
-        return "`registry` is not a string"
-    if not isinstance(entry.get("digest"), str) or not is_digest(entry["digest"]):
-        return f"`digest` {shown_value(entry.get('digest'))} is not a sha256:<64 hex> digest"
-    if not isinstance(entry.get("flavour"), dict):
-        return "`flavour` is not an object"
-    labels = entry.get("labels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        return "`labels` is not an object of strings"
-    return None
-
-
 def record_published(path: Path, entries: list[Published]) -> None:
     """Merge entries into the file, replacing it atomically so readers never see half a file."""
     merged = read_published(path)
@@ -290,10 +194,8 @@ def _missing_part(part: Path) -> ConfigError:
 
 
 def write_published(path: Path, entries: Mapping[str, Published]) -> None:
-    """Write published.json atomically, flavours sorted by tag: the one format push and merge both write."""
-    document = {"schema": PUBLISHED_SCHEMA,
-                "flavours": {tag: entries[tag].to_json() for tag in sorted(entries)}}
-    diskio.write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False) + "\n", "published.json")
+    """Write published.json atomically (model.published.document): the one format push and merge both write."""
+    diskio.write_text_atomic(path, published_document(dict(entries)), "published.json")
 
 
 def merge_published_parts(parts: list[Path]) -> dict[str, Published]:

@@ -28,6 +28,7 @@ from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from .. import diskio
 from ..errors import Failure
 from ..model.lockfile import Lock
 from ..names import DISTRIBUTION, VENV
@@ -285,10 +286,9 @@ def generate(image: str, subject: Subject, lock: Lock | None, *, flavour_tag: st
 
 def write(sbom: Sbom, path: Path) -> Path:
     """Write atomically: a reader (an upload, an attestation) never sees half a document."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(sbom.to_json(), encoding="utf-8")
-    temporary.replace(path)
+    # diskio: a unique temporary name created exclusively (a link planted at a fixed `.NAME.tmp` is never
+    # written through), removed on any failure or Ctrl-C.
+    diskio.write_text_atomic(path, sbom.to_json(), "the SBOM", shared=True)
     return path
 
 

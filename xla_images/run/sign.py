@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .. import diskio, userfiles
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
 from ..names import local_ref
@@ -61,12 +62,13 @@ class Key:
         if "://" in text:
             return cls(text, private)  # cosign resolves KMS and env:// keys itself
         path = Path(text)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ConfigError(f"{'signing' if private else 'public'} key {path} does not exist",
                               location=Location(where), rule="sign-key",
                               hint="make a pair with `cosign generate-key-pair` (cosign.key signs, cosign.pub "
                                    "verifies)")
-        head = path.read_text(encoding="ascii", errors="replace")[:80]
+        # Bounded: a fifo, /dev/zero, a directory or a 3 GiB file is a file-* error naming it, not a hang.
+        head = userfiles.read_text(path, limit=userfiles.KEY_LIMIT)[:80]
         is_private = "PRIVATE KEY" in head
         if is_private != private:
             wanted = "a private key (cosign.key)" if private else "a public key (cosign.pub)"
@@ -217,10 +219,17 @@ def verify(ref: str, key: Key, credentials: Credentials | None) -> None:
 def _signed_digests(stdout: str) -> set[str]:
     try:
         payloads = json.loads(stdout)
-    except ValueError:
+    except (ValueError, RecursionError):
         return set()
-    return {str(((item.get("critical") or {}).get("image") or {}).get("docker-manifest-digest"))
-            for item in payloads if isinstance(item, dict)}
+    if not isinstance(payloads, list):  # cosign's answer is checked like a registry's: a list of payloads
+        return set()
+    digests = set()
+    for item in payloads:
+        critical = item.get("critical") if isinstance(item, dict) else None
+        image = critical.get("image") if isinstance(critical, dict) else None
+        if isinstance(image, dict) and isinstance(image.get("docker-manifest-digest"), str):
+            digests.add(image["docker-manifest-digest"])
+    return digests
 
 
 def verify_sbom(ref: str, key: Key, credentials: Credentials | None) -> dict[str, Any]:
@@ -233,9 +242,12 @@ def verify_sbom(ref: str, key: Key, credentials: Credentials | None) -> dict[str
         raise Failure(f"refusing the SBOM of {ref}: {refused.reason}", rule="sbom-attestation-verified",
                       hint=f"cosign said: {refused.detail}" if refused.detail else None)
     for statement in _statements(result.stdout):
-        subjects = {f"sha256:{item.get('digest', {}).get('sha256')}" for item in statement.get("subject") or []}
-        if statement.get("predicateType") == SBOM_PREDICATE_TYPE and digest in subjects:
-            return dict(statement.get("predicate") or {})
+        listed = statement.get("subject")
+        subjects = {f"sha256:{item['digest'].get('sha256')}" for item in (listed if isinstance(listed, list) else [])
+                    if isinstance(item, dict) and isinstance(item.get("digest"), dict)}
+        predicate = statement.get("predicate")
+        if statement.get("predicateType") == SBOM_PREDICATE_TYPE and digest in subjects and isinstance(predicate, dict):
+            return dict(predicate)
     raise Failure(f"refusing the SBOM of {ref}: no verified cyclonedx statement names this digest",
                   rule="sbom-attestation-verified")
 
@@ -244,10 +256,11 @@ def _statements(stdout: str) -> Iterator[dict[str, Any]]:
     """The in-toto statements inside the DSSE envelopes cosign prints, one JSON document per line."""
     for line in stdout.splitlines():
         try:
-            envelope = json.loads(line)
-            yield json.loads(base64.b64decode(envelope["payload"]))
-        except (ValueError, KeyError, TypeError):
+            statement = json.loads(base64.b64decode(json.loads(line)["payload"]))
+        except (ValueError, KeyError, TypeError, RecursionError):
             continue
+        if isinstance(statement, dict):  # anything else cosign might print is no statement
+            yield statement
 
 
 def verify_ref(ref: str, key_text: str | None, site_key: str | None, say: Any = None) -> None:
@@ -343,9 +356,8 @@ def verify_published(entries: list[Published], key: Key, *, with_sbom: bool, sbo
                                   rule="sbom-attestation-verified")
                 count = len(document.get("components") or [])
                 if sbom_dir is not None:
-                    sbom_dir.mkdir(parents=True, exist_ok=True)
-                    (sbom_dir / f"{entry.tag}.cdx.json").write_text(json.dumps(document, indent=2) + "\n",
-                                                                    encoding="utf-8")
+                    diskio.write_text_atomic(sbom_dir / f"{entry.tag}.cdx.json", json.dumps(document, indent=2) + "\n",
+                                             "the verified SBOM", shared=True)
         except Failure as error:
             refused.append(f"{entry.tag}: {error.message}")
             say(f"{entry.tag}: {error.render()}")

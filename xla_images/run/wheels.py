@@ -41,6 +41,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .. import diskio
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
 from ..generate.sync import aligned_pins, write_if_changed
@@ -308,7 +309,7 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         for flavour in members:
             text = format_lock(flavour, lock_inputs(flavour, roots if recorded is None else recorded),
                                entries[flavour.tag])
-            changed = write_if_changed(plan.lock_path(flavour), text)
+            changed = write_if_changed(plan.lock_path(flavour), text, plan.root)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
                                       changed, others))
@@ -426,7 +427,7 @@ def fetch(plan: Plan, flavours: Sequence[Target], wheelhouse: Path | None = None
           runner: Runner = subprocess.run, progress: Callable[[str], None] = lambda message: None) -> FetchResult:
     """Download the locked wheels of `flavours` into the host wheelhouse, each file once, verifying sha256."""
     destination = wheelhouse or default_wheelhouse(plan)
-    destination.mkdir(parents=True, exist_ok=True)
+    diskio.make_directory(destination)  # an existing file there is a disk-type error naming it
     verified: dict[Path, str] = {}
     downloaded: list[str] = []
     present = 0

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable
 
 import docker
 import docker.errors
 
-from ...errors import Failure
+from ...errors import ConfigError, Failure, shorten
 
 
 START_HINT = "start one with `ci/engine.sh start` (installs and runs dockerd), then check with `build.py doctor`"
@@ -25,8 +26,17 @@ def client() -> docker.DockerClient:
     """
     try:
         engine = docker.from_env(version="auto", timeout=600)
-        engine.ping()
+    except ValueError as error:  # the SDK parses DOCKER_HOST with urllib: a bad port, an unclosed [ ...
+        raise ConfigError(f"DOCKER_HOST={shorten(os.environ.get('DOCKER_HOST', ''))!r} is not an engine "
+                          f"address: {error}", location="DOCKER_HOST", rule="engine-host",
+                          hint="unix:///var/run/docker.sock, tcp://HOST:PORT (port 1-65535) or ssh://USER@HOST; "
+                               "unset it for the local socket") from None
     except (docker.errors.DockerException, OSError) as error:
+        raise Failure(f"no Docker engine answers: {error_text(error)}", rule="engine-reachable",
+                      hint=START_HINT) from None
+    try:
+        engine.ping()
+    except (docker.errors.DockerException, OSError, ValueError) as error:
         raise Failure(f"no Docker engine answers: {error_text(error)}", rule="engine-reachable",
                       hint=START_HINT) from None
     return engine

@@ -4,23 +4,19 @@ never a traceback or a value passed on (a digest header is printed by `resolve` 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import requests
 
 from ...errors import Failure, shown_value
+from ...model.published import is_digest  # the one digest grammar
 
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+__all__ = ["is_digest"]
 # distribution refuses manifests over 4 MiB; a tag list of 100000 tags is ~3 MiB; a token answer is small.
 MANIFEST_LIMIT = 4 << 20
 TAGS_LIMIT = 16 << 20
 TOKEN_LIMIT = 1 << 20
 CONFIG_LIMIT = 16 << 20
-
-
-def is_digest(text: object) -> bool:
-    return isinstance(text, str) and bool(DIGEST.fullmatch(text))  # fullmatch: "sha256:...\n" is not one
 
 
 def refuse(host: str, what: str, problem: str) -> Failure:
