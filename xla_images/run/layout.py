@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable
 
-from .. import layers, names, userfiles
+from .. import diskio, layers, names, userfiles
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
 from ..model.lockfile import Lock, LockEntry, read_lock
@@ -158,11 +158,9 @@ class WheelFinder:
     def _store(self, sha256: str, facts: WheelFacts) -> WheelFacts:
         folder = cache_dir() / "wheel-facts"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            temporary = folder / f".{sha256}.{os.getpid()}.tmp"
-            temporary.write_text(json.dumps(facts.to_json()), encoding="utf-8")
-            os.replace(temporary, folder / f"{sha256}.json")
-        except OSError:
+            diskio.write_text_atomic(folder / f"{sha256}.json", json.dumps(facts.to_json()),
+                                     "a wheel-facts cache entry", root=cache_dir())
+        except XlaImagesError:
             pass  # a cache that cannot be written only costs the next check its network time
         return facts
 
