@@ -247,11 +247,12 @@ def test_layers_apply_cleanly_and_equal_a_plain_install_of_the_lock(make_project
     assert layered.exit_code == 0, layered.output
 
     plain = subprocess.run([
-        "docker", "run", "--rm", "--network", "none", "-v", f"{wheelhouse}:/wh:ro", "-v", f"{lock_path.parent}:/lock:ro",
+        "docker", "run", "--rm", "--network", "none",
+        "-v", f"{wheelhouse}:/wh:ro", "-v", f"{lock_path.parent}:/lock:ro",
         "-e", "SOURCE_DATE_EPOCH=315532800", "-e", "PYTHONHASHSEED=0", "-e", "PIP_DISABLE_PIP_VERSION_CHECK=1",
         "--label", f"io.xla-images.test-session=plain-{release}", test_base, "sh", "-c",
-        "python3.11 -m venv /opt/venv && /opt/venv/bin/python -m pip install -q --no-index --find-links /wh --require-hashes"
-        " --only-binary=:all: -r /lock/requirements.lock && /opt/venv/bin/python -c \"$0\"", MANIFEST],
+        "python3.11 -m venv /opt/venv && /opt/venv/bin/python -m pip install -q --no-index --find-links /wh"
+        " --require-hashes --only-binary=:all: -r /lock/requirements.lock && /opt/venv/bin/python -c \"$0\"", MANIFEST],
         capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
     image, reference = _manifest(layered.output), _manifest(plain.stdout)

@@ -166,5 +166,7 @@ def test_file_and_directory_and_shadowed_paths_across_layers_are_named() -> None
         "/opt/venv/bin/torchrun: a file in layer torch, a directory in layer torch_xla",
         "/opt/venv/lib64: a symlink in layer base, a directory in layer torch_xla",
     ]
-    shadow = layers.Layout({}, [], {"torch": [(Path("/a"), Path("/opt/x"))], "torch_xla": [(Path("/b"), Path("/opt/x"))]})
-    assert layers.check(shadow, {}) == ["/opt/x: in layer torch and again in layer torch_xla (the upper one would shadow it)"]
+    shadow = layers.Layout({}, [], {"torch": [(Path("/a"), Path("/opt/x"))],
+                                    "torch_xla": [(Path("/b"), Path("/opt/x"))]})
+    assert layers.check(shadow, {}) == [
+        "/opt/x: in layer torch and again in layer torch_xla (the upper one would shadow it)"]
