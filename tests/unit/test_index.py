@@ -2,16 +2,14 @@
 answers it refuses, each with its rule. The real index is read by tests/unit/test_update_network.py."""
 from __future__ import annotations
 
-import http.server
 import io
 import json
-import threading
 import zipfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from fake_index import FakeIndex
 from xla_images.errors import Failure
 from xla_images.run.index import JSON_TYPE, Index, IndexFile
 
@@ -29,78 +27,29 @@ def make_wheel(padding: int = 0) -> bytes:
     return buffer.getvalue()
 
 
-class FakeIndex(http.server.BaseHTTPRequestHandler):
-    """Serves `routes`: path -> (status, content type, body); honours `Range: bytes=` unless `no_ranges`."""
-
-    routes: dict[str, tuple[int, str, bytes]] = {}
-    no_ranges = False
-
-    def do_GET(self) -> None:  # noqa: N802 -- the http.server API
-        status, kind, body = self.routes.get(self.path, (404, "text/plain", b"not found"))
-        wanted = self.headers.get("Range")
-        if wanted and status == 200 and not self.no_ranges:
-            spec = wanted.split("=", 1)[1]
-            start_text, _, end_text = spec.partition("-")
-            if not start_text:
-                start, end = max(len(body) - int(end_text), 0), len(body) - 1
-            else:
-                start, end = int(start_text), min(int(end_text), len(body) - 1)
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
-            body = body[start:end + 1]
-        else:
-            self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def started() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeIndex)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-@pytest.fixture()
-def server(started: str) -> str:
-    """The module's fake index, serving nothing until the test says what."""
-    FakeIndex.routes, FakeIndex.no_ranges = {}, False
-    return started
-
-
 def serve_wheel(base: str, padding: int = 0) -> IndexFile:
     FakeIndex.routes[f"/files/{WHEEL}"] = (200, "application/octet-stream", make_wheel(padding))
     return IndexFile(WHEEL, f"{base}/files/{WHEEL}")
 
 
-def test_json_page_lists_files(server: str) -> None:
+def test_json_page_lists_files(index_server: str) -> None:
     page = {"meta": {"api-version": "1.1"}, "name": "torch-xla",
             "files": [{"filename": WHEEL, "url": f"../../files/{WHEEL}", "size": 10, "hashes": {}}]}
     FakeIndex.routes["/simple/torch-xla/"] = (200, JSON_TYPE, json.dumps(page).encode())
-    files = Index(f"{server}/simple/").files("torch-xla")
-    assert files == [IndexFile(WHEEL, f"{server}/files/{WHEEL}", 10)]
+    files = Index(f"{index_server}/simple/").files("torch-xla")
+    assert files == [IndexFile(WHEEL, f"{index_server}/files/{WHEEL}", 10)]
 
 
-def test_html_page_lists_files(server: str) -> None:
+def test_html_page_lists_files(index_server: str) -> None:
     html = f'<html><body><a href="/files/{WHEEL}#sha256=00">{WHEEL}</a></body></html>'.encode()
     FakeIndex.routes["/simple/torch-xla/"] = (200, "text/html", html)
-    assert Index(f"{server}/simple").files("torch-xla") == [IndexFile(WHEEL, f"{server}/files/{WHEEL}")]
+    assert Index(f"{index_server}/simple").files("torch-xla") == [IndexFile(WHEEL, f"{index_server}/files/{WHEEL}")]
 
 
 @pytest.mark.parametrize("padding", [0, 2_000_000], ids=["central-directory-in-the-tail", "large-member-before"])
-def test_metadata_is_read_with_range_requests(server: str, padding: int) -> None:
-    wheel = serve_wheel(server, padding)
-    index = Index(f"{server}/simple/")
+def test_metadata_is_read_with_range_requests(index_server: str, padding: int) -> None:
+    wheel = serve_wheel(index_server, padding)
+    index = Index(f"{index_server}/simple/")
     text = index.wheel_member(wheel, lambda name: name.endswith(".dist-info/METADATA"))
     assert text == METADATA
     assert index.wheel_member(wheel, lambda name: name == "torch_xla/version.py").startswith("__xla_gitrev__")
@@ -118,25 +67,25 @@ def test_metadata_is_read_with_range_requests(server: str, padding: int) -> None
     ((200, JSON_TYPE, b'{"meta": {"api-version": "2.0"}, "files": []}'), "index-answer", "version '2.0'"),
 ], ids=["missing", "bad-json", "files-not-list", "file-shape", "slash-name", "negative-size", "wrong-type",
         "api-version-2"])
-def test_odd_pages_are_refused_with_a_rule(server: str, route: tuple, rule: str, needle: str) -> None:
+def test_odd_pages_are_refused_with_a_rule(index_server: str, route: tuple, rule: str, needle: str) -> None:
     FakeIndex.routes["/simple/torch-xla/"] = route
     with pytest.raises(Failure) as caught:
-        Index(f"{server}/simple/").files("torch-xla")
+        Index(f"{index_server}/simple/").files("torch-xla")
     assert caught.value.rule == rule and needle in caught.value.message
 
 
-def test_an_index_that_serves_no_ranges_is_refused(server: str) -> None:
-    wheel = serve_wheel(server)
+def test_an_index_that_serves_no_ranges_is_refused(index_server: str) -> None:
+    wheel = serve_wheel(index_server)
     FakeIndex.no_ranges = True
     with pytest.raises(Failure) as caught:
-        Index(f"{server}/simple/").wheel_member(wheel, lambda name: True)
+        Index(f"{index_server}/simple/").wheel_member(wheel, lambda name: True)
     assert caught.value.rule == "index-answer" and "range request" in caught.value.message
 
 
-def test_a_file_that_is_not_a_zip_is_a_metadata_error(server: str) -> None:
+def test_a_file_that_is_not_a_zip_is_a_metadata_error(index_server: str) -> None:
     FakeIndex.routes[f"/files/{WHEEL}"] = (200, "application/octet-stream", b"<html>nope</html>" * 10)
     with pytest.raises(Failure) as caught:
-        Index(f"{server}/simple/").wheel_member(IndexFile(WHEEL, f"{server}/files/{WHEEL}"), lambda name: True)
+        Index(f"{index_server}/simple/").wheel_member(IndexFile(WHEEL, f"{index_server}/files/{WHEEL}"), lambda name: True)
     assert caught.value.rule == "wheel-metadata" and "no zip end record" in caught.value.message
 
 

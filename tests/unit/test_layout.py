@@ -3,21 +3,20 @@ with range requests, cached by sha256, mapped to the image's paths, and checked 
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
-import threading
 import zipfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from fake_index import FakeIndex
 
 from xla_images import layers
 from xla_images.errors import Failure
 from xla_images.model.lockfile import Lock, LockEntry
 from xla_images.model.site import WheelSource
 from xla_images.run import layout
+from xla_images.run.index import JSON_TYPE
 
 
 def wheel_bytes(name: str, version: str, files: dict[str, bytes], requires: tuple[str, ...] = (),
@@ -41,58 +40,21 @@ TORCH = wheel_bytes("torch", "9.0", {"torch/__init__.py": b"", "torch-9.0.data/s
 SYMPY = wheel_bytes("sympy", "1.0", {"sympy/__init__.py": b""})
 
 
-class Index(http.server.BaseHTTPRequestHandler):
-    """A simple-API index (PEP 691 JSON) whose files answer range requests, as the real index's do."""
-
-    files: dict[str, bytes] = {}
-    ranges = True
-    requests: list[str] = []
-
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
-        type(self).requests.append(self.path)
-        if self.path.startswith("/simple/"):
-            project = self.path.split("/")[2]
-            page = {"files": [{"filename": name, "url": f"/files/{name}",
-                               "hashes": {"sha256": hashlib.sha256(data).hexdigest()}}
-                              for name, data in self.files.items() if name.startswith(project)]}
-            return self._send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
-        data = self.files.get(self.path.removeprefix("/files/"))
-        if data is None:
-            return self._send(404, b"", "text/plain")
-        wanted = self.headers.get("Range", "")
-        if not (self.ranges and wanted.startswith("bytes=")):
-            return self._send(200, data, "application/octet-stream")
-        first, _, last = wanted[6:].partition("-")
-        start, end = ((max(0, len(data) - int(last)), len(data) - 1) if not first
-                      else (int(first), min(int(last), len(data) - 1)))
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        self.send_header("Content-Length", str(end - start + 1))
-        self.end_headers()
-        self.wfile.write(data[start:end + 1])
-
-    def _send(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+def serve(base: str, wheels: dict[str, bytes]) -> str:
+    """Put the wheels on the local index (a PEP 691 page per project, the files beside it); its simple URL."""
+    projects: dict[str, list[dict]] = {}
+    for filename, data in wheels.items():
+        FakeIndex.routes[f"/files/{filename}"] = (200, "application/octet-stream", data)
+        projects.setdefault(filename.split("-")[0], []).append({"filename": filename, "url": f"/files/{filename}"})
+    for project, files in projects.items():
+        FakeIndex.routes[f"/simple/{project}/"] = (200, JSON_TYPE, json.dumps({"files": files}).encode())
+    return f"{base}/simple"
 
 
 @pytest.fixture
-def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def index(index_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("XLA_IMAGES_CACHE", str(tmp_path / "cache"))
-    Index.files = {"torch-9.0-cp311-cp311-linux_x86_64.whl": TORCH, "sympy-1.0-py3-none-any.whl": SYMPY}
-    Index.ranges, Index.requests = True, []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
-    server.server_close()
+    return serve(index_server, {"torch-9.0-cp311-cp311-linux_x86_64.whl": TORCH, "sympy-1.0-py3-none-any.whl": SYMPY})
 
 
 class FakeSite:
@@ -114,10 +76,10 @@ def test_facts_come_from_range_requests_and_then_from_the_cache(index: str) -> N
     facts = layout.WheelFinder(FakeSite()).facts(torch, source)
     assert facts is not None and facts.requires == ("sympy",) and facts.tags == ("cp311-cp311-linux_x86_64",)
     assert "torch-9.0.data/scripts/torchrun" in facts.record
-    assert len([path for path in Index.requests if path.startswith("/files/")]) < 6, "read the tail, not 3 MB"
-    Index.requests.clear()
+    assert len([path for path in FakeIndex.requests if path.startswith("/files/")]) < 6, "the tail, not 3 MB"
+    FakeIndex.requests.clear()
     offline = layout.WheelFinder(FakeSite(), offline=True)
-    assert offline.facts(torch, source) == facts and not Index.requests, "the second check needs no network"
+    assert offline.facts(torch, source) == facts and not FakeIndex.requests, "the second check needs no network"
 
 
 def test_a_damaged_cache_entry_is_read_again(index: str, tmp_path: Path) -> None:
@@ -133,13 +95,16 @@ def test_a_damaged_cache_entry_is_read_again(index: str, tmp_path: Path) -> None
 
 def test_an_index_without_range_requests_or_without_the_wheel_is_a_clear_error(index: str) -> None:
     source = WheelSource("test", index_url=index)
-    Index.ranges = False
+    FakeIndex.no_ranges = True
     with pytest.raises(Failure) as error:
         layout.WheelFinder(FakeSite()).facts(entry("sympy-1.0-py3-none-any.whl", SYMPY), source)
     assert error.value.rule == "index-answer" and "to a range request" in error.value.message
-    with pytest.raises(Failure) as error:
+    with pytest.raises(Failure) as error:  # a project the index does not have: its answer, named
         layout.WheelFinder(FakeSite()).facts(entry("absent-1.0-py3-none-any.whl", b"x"), source)
-    assert error.value.rule == "layout-index" and "absent-1.0-py3-none-any.whl is on none of" in error.value.message
+    assert error.value.rule == "index-answer" and "/simple/absent/ answered HTTP 404" in error.value.message
+    with pytest.raises(Failure) as error:  # a file the project's page does not list
+        layout.WheelFinder(FakeSite()).facts(entry("sympy-2.0-py3-none-any.whl", b"x"), source)
+    assert error.value.rule == "layout-index" and "sympy-2.0-py3-none-any.whl is on none of" in error.value.message
 
 
 def test_a_wheelhouse_file_that_is_no_zip_is_named(tmp_path: Path) -> None:

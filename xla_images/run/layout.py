@@ -167,16 +167,23 @@ class WheelFinder:
     def _remote(self, entry: LockEntry, source: WheelSource) -> WheelFacts:
         """From the first of the source's indexes that lists the file: range requests only (run.index)."""
         urls = [source.index_url or PUBLIC_INDEX, *source.extra_index_urls]
+        refused: list[Failure] = []  # an index that does not list the project at all: the next may
         for url in urls:
             if url not in self.indexes:
                 self.indexes[url] = Index(url, ca_bundle=self.ca_bundle)
             index = self.indexes[url]
             if entry.name not in self.pages.setdefault(url, {}):
-                self.pages[url][entry.name] = {file.filename: file for file in index.files(entry.name)}
+                try:
+                    self.pages[url][entry.name] = {file.filename: file for file in index.files(entry.name)}
+                except Failure as error:
+                    refused.append(error)
+                    continue
             file = self.pages[url][entry.name].get(entry.filename)
             if file is not None:
                 return facts_from({member: index.wheel_member(file, _dist_info_member(member))
                                    for member in DIST_INFO_MEMBERS}, file.url)
+        if refused and len(refused) == len(urls):
+            raise refused[0]
         raise Failure(f"{entry.filename} is on none of {', '.join(urls)}", rule="layout-index",
                       hint="re-lock (`./build.py lock`), or fetch the wheels into a wheelhouse (`wheels fetch`)")
 

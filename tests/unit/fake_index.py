@@ -1,0 +1,37 @@
+"""A local package index for unit tests: a stdlib HTTP server on 127.0.0.1 that serves `FakeIndex.routes` and
+answers range requests the way the public index's file host does (run.index reads wheels only through them)."""
+from __future__ import annotations
+
+import http.server
+
+
+class FakeIndex(http.server.BaseHTTPRequestHandler):
+    """Serves `routes`: path -> (status, content type, body); honours `Range: bytes=` unless `no_ranges`."""
+
+    routes: dict[str, tuple[int, str, bytes]] = {}
+    no_ranges = False
+    requests: list[str] = []  # paths asked for, in order
+
+    def do_GET(self) -> None:  # noqa: N802 -- the http.server API
+        type(self).requests.append(self.path)
+        status, kind, body = self.routes.get(self.path, (404, "text/plain", b"not found"))
+        wanted = self.headers.get("Range")
+        if wanted and status == 200 and not self.no_ranges:
+            spec = wanted.split("=", 1)[1]
+            start_text, _, end_text = spec.partition("-")
+            if not start_text:
+                start, end = max(len(body) - int(end_text), 0), len(body) - 1
+            else:
+                start, end = int(start_text), min(int(end_text), len(body) - 1)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
+            body = body[start:end + 1]
+        else:
+            self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
