@@ -24,10 +24,11 @@
 # Every command is idempotent. State (pid file, log) lives under ${XLA_IMAGES_STATE:-/var/lib/xla-images}.
 # Environment: XLA_IMAGES_STATE; ENGINE_TIMEOUT (seconds to wait for start/stop, default 60); DOCKER_HOST
 # (a unix:// socket, default unix:///var/run/docker.sock); ENGINE_DOCKERD_ARGS (extra dockerd options, e.g.
-# a second engine beside the first: "--data-root DIR --exec-root DIR --pidfile FILE --bridge BR --iptables=false"
-# with BR a bridge of its own made first with `ip link add BR type bridge`; not `--bridge none`: a dockerd started
-# with it deletes the host's docker0, and the first engine's containers and builds then fail with "adding
-# interface ... to bridge docker0 failed: Device does not exist").
+# a second engine beside the first, with XLA_IMAGES_STATE and DOCKER_HOST of its own: "--data-root DIR --exec-root
+# DIR --bridge BR --iptables=false" with BR a bridge of its own made first with `ip link add BR type bridge`. Not
+# `--pidfile` (this script keeps its own under XLA_IMAGES_STATE: stop and reap find the engine by it), and not
+# `--bridge none`: a dockerd started with it deleted the host's docker0 here, and the first engine's containers and
+# builds then failed with "adding interface ... to bridge docker0 failed: Device does not exist").
 set -euo pipefail
 
 STATE_DIR="${XLA_IMAGES_STATE:-/var/lib/xla-images}"
