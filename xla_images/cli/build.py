@@ -18,7 +18,7 @@ from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..model.target import Target
 from ..run import base as bases, build as building, doctor as doctoring
-from .common import flavour_filters, in_ci, plan_options, select
+from .common import flavour_filters, in_ci, plan_options, reports_option, select
 
 FAILURE_TAIL_LINES = 25
 
@@ -75,8 +75,7 @@ def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | 
                    "REQUESTS_CA_BUNDLE). Used in the wheels stage only; never in the image.")
 @click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Host folder with locked wheels to put in the context (default: wheelhouse/).")
-@click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where reports/<tag>/build.log go (default: reports/ next to the matrix).")
+@reports_option("reports/<tag>/build.log files")
 @click.option("--prune-cache", is_flag=True,
               help="After each flavour, drop the engine's unused build cache (~7.5 GB per real flavour) so a "
                    "disk-bound runner can build many; later builds of the same flavour then start from pip.")

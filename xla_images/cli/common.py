@@ -1,4 +1,5 @@
-"""Options and helpers every command shares: --matrix, --site, --set, and the plan they load."""
+"""Options and helpers the commands share: --matrix, --site, --set and the plan they load, the flavour filters,
+--published, --reports, and `say` for progress lines."""
 from __future__ import annotations
 
 import functools
@@ -12,9 +13,28 @@ from ..errors import ConfigError
 from ..generate.plan import Plan, load_plan
 from ..model.flavour import Abi, Accelerator
 from ..model.target import Target
+from ..names import PUBLISHED_NAME, REPORTS
 from ..userfiles import resolve_path
 
 DEFAULT_SITE = "site.yaml"
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def say(line: str) -> None:
+    """A progress line, on stderr: stdout stays for what a script reads (tables, JSON, references)."""
+    click.echo(line, err=True)
+
+
+def published_option(what: str = "The record of verified pushes") -> Decorator:
+    """--published PATH (parameter `published_path`)."""
+    return click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
+                        help=f"{what} (default: {PUBLISHED_NAME} next to the matrix).")
+
+
+def reports_option(what: str = "reports/<tag>/") -> Decorator:
+    """--reports DIR (parameter `reports_dir`): a folder; an existing file there is a usage error."""
+    return click.option("--reports", "reports_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        help=f"Where {what} go (default: {REPORTS}/ next to the matrix).")
 
 
 def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:

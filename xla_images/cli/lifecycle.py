@@ -10,19 +10,14 @@ from ..generate.plan import Plan
 from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
 from ..run import promote as promoting, prune as pruning, registry as registries
-from .common import flavour_filters, plan_options, select
-
-
-def _say(line: str) -> None:
-    click.echo(line, err=True)
+from .common import flavour_filters, plan_options, published_option, say, select
 
 
 @click.command("promote")
 @click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
 @click.option("--from", "source_text", metavar="HOST[:PORT]/REPO", required=True, help="Where the tested images are.")
 @click.option("--to", "destination_text", metavar="HOST[:PORT]/REPO", required=True, help="Where to copy them.")
-@click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
-              help=f"Record of pushes and promotions (default: {PUBLISHED_NAME} next to the matrix).")
+@published_option("Record of pushes and promotions")
 @click.option("--chunk-mb", type=click.IntRange(1, 1024), default=promoting.DEFAULT_CHUNK >> 20, show_default=True,
               help="Size of each PATCH when a blob is streamed between registries.")
 @flavour_filters
@@ -51,10 +46,10 @@ def promote(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], 
                                      also_read=source_registry if same_host else None)
     path = published_path or plan.root / PUBLISHED_NAME
     with registries.redacting(source.credentials, destination.credentials):
-        done = promoting.promote(flavours, source, destination, path, chunk_size=chunk_mb << 20, progress=_say)
+        done = promoting.promote(flavours, source, destination, path, chunk_size=chunk_mb << 20, progress=say)
     for item in done:
         click.echo(f"{item.tag}\t{item.destination_ref}\t{json.dumps(item.transfer.to_json())}")
-    _say(f"{len(done)} flavour(s) promoted and verified; recorded in {path}")
+    say(f"{len(done)} flavour(s) promoted and verified; recorded in {path}")
 
 
 @click.command("prune")
@@ -67,8 +62,7 @@ def promote(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], 
 @click.option("--dry-run", is_flag=True, help="Say what would go; delete nothing, collect nothing.")
 @click.option("--protect", "protect_files", type=click.Path(path_type=Path), multiple=True, metavar="FILE",
               help="Digests never to delete: one sha256:… or REF@sha256:… per line, or a published.json. Repeatable.")
-@click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
-              help=f"Its digests are protected too (default: {PUBLISHED_NAME} next to the matrix).")
+@published_option("Its digests are protected too")
 @click.option("--gc/--no-gc", "collect", default=True, show_default=True,
               help="Run the registry's garbage collection afterwards where the registry is ours.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -94,7 +88,7 @@ def prune(plan: Plan, registry_text: str | None, keep: int, older_than: int, dry
     protected = pruning.protected_digests(published_path or plan.root / PUBLISHED_NAME, protect_files)
     with registries.redacting(client.credentials):
         report = pruning.prune(client, keep=keep, older_than_days=older_than, protected=protected,
-                               dry_run=dry_run, collect=collect, progress=_say)
+                               dry_run=dry_run, collect=collect, progress=say)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
@@ -107,5 +101,5 @@ def prune(plan: Plan, registry_text: str | None, keep: int, older_than: int, dry
                    f"{gc.before.bytes} -> {gc.after.bytes} bytes ({gc.freed} bytes freed)")
     else:
         click.echo(f"garbage collection skipped: {report.gc_skipped}")
-    _say(f"{len(report.plan.doomed_digests)} manifest(s) {'would be ' if dry_run else ''}deleted, "
+    say(f"{len(report.plan.doomed_digests)} manifest(s) {'would be ' if dry_run else ''}deleted, "
          f"{sum(not d.delete for d in report.plan.decisions)} dated tag(s) kept")

@@ -13,26 +13,17 @@ from ..generate.plan import Plan
 from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
 from ..run import engine, publish, registry as registries, resolve as resolving, sign as signing
-from .common import flavour_filters, plan_options, select
-
-
-def _published_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
-                        help=f"The record of verified pushes (default: {PUBLISHED_NAME} next to the matrix).")(command)
+from .common import flavour_filters, plan_options, published_option, say, select
 
 
 def _registry_option(help_text: str) -> Callable[..., Any]:
     return click.option("--registry", "registry_text", metavar="HOST[:PORT]/REPO", default=None, help=help_text)
 
 
-def _say(line: str) -> None:
-    click.echo(line, err=True)
-
-
 @click.command("push")
 @click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
 @_registry_option("Where to push (default: the site's registry setting).")
-@_published_option
+@published_option()
 @flavour_filters
 @plan_options
 def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], registry_text: str | None,
@@ -54,15 +45,15 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
     path = published_path or plan.root / PUBLISHED_NAME
-    done = publish.push_all(flavours, registry, path, progress=_say)
+    done = publish.push_all(flavours, registry, path, progress=say)
     for entry in done:
         click.echo(f"{entry.tag}\t{entry.ref}\t{' '.join(entry.tags[1:])}")
-    _say(f"{len(done)} flavour(s) pushed and verified; recorded in {path}")
+    say(f"{len(done)} flavour(s) pushed and verified; recorded in {path}")
 
 
 def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @_registry_option("Resolve from this registry's tags instead of published.json.")
-    @_published_option
+    @published_option()
     @click.option("--verify", is_flag=True,
                   help="Refuse the image unless a cosign signature by --key covers its exact digest.")
     @click.option("--key", "key_text", metavar="PUB", default=None,
@@ -75,7 +66,7 @@ def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
         resolved = _resolve(plan, filters, registry_text, published_path)
         if verify or key_text:
             # Before anything is printed or pulled: an unverified ref must never reach a build.
-            signing.verify_ref(resolved.ref, key_text, plan.site.cosign_public_key(), _say)
+            signing.verify_ref(resolved.ref, key_text, plan.site.cosign_public_key(), say)
         return command(*args, resolved=resolved, **kwargs)
 
     return wrapper
@@ -93,7 +84,7 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
         if not os.path.lexists(published_path):  # anything else that is not a readable file: read_published says
             raise ConfigError("file not found", location=str(published_path), rule="resolve-source",
                               hint="push first, or resolve from a registry with --registry HOST[:PORT]/REPO")
-        return resolving.resolve_published(published_path, filters, registries.connect, _say)
+        return resolving.resolve_published(published_path, filters, registries.connect, say)
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
     return resolving.resolve_registry(list(plan.flavours), registries.connect(registry), filters)
@@ -124,8 +115,8 @@ def pull(resolved: resolving.Resolved) -> None:
     credentials = registries.load_credentials(registry.host)
     with registries.redacting(credentials):
         auth = credentials.auth_config(registry.host) if credentials else None
-        image_id = engine.transfer.pull_image(resolved.ref, auth, _say)
-    _say(f"pulled {resolved.ref} as image {image_id}")
+        image_id = engine.transfer.pull_image(resolved.ref, auth, say)
+    say(f"pulled {resolved.ref} as image {image_id}")
     click.echo(resolved.ref)
 
 
@@ -153,4 +144,4 @@ def merge(parts: tuple[Path, ...], output_path: Path) -> None:
     publish.write_published(output_path, merged)
     for tag in sorted(merged):
         click.echo(f"{tag}: {merged[tag].ref}")
-    _say(f"{len(merged)} flavour(s) from {len(parts)} part(s) merged into {output_path}")
+    say(f"{len(merged)} flavour(s) from {len(parts)} part(s) merged into {output_path}")

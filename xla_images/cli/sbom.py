@@ -11,11 +11,7 @@ from ..model import lockfile
 from ..model.target import Target
 from ..names import TAG_LABEL, local_ref
 from ..run import engine, sbom as sboms
-from .common import plan_options
-
-
-def _say(line: str) -> None:
-    click.echo(line, err=True)
+from .common import plan_options, say
 
 
 def flavour_of(plan: Plan, name: str) -> Target | None:
@@ -33,9 +29,9 @@ def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: sboms.Su
         lock = lockfile.read_lock(plan.lock_path(flavour))
     made = sboms.generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None)
     for line in made.notes:
-        _say(f"note: {line}")
+        say(f"note: {line}")
     for line in made.mismatches:
-        _say(f"warning: {line}")
+        say(f"warning: {line}")
     return made
 
 
@@ -73,7 +69,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
         click.echo(made.to_json(), nl=False)
         return
     sboms.write(made, output)
-    _say(f"SBOM of {subject.ref}: {len(made.bom.components)} components, written to {output}")
+    say(f"SBOM of {subject.ref}: {len(made.bom.components)} components, written to {output}")
 
 
 def write_report(plan: Plan, flavour: Target, image: str, directory: Path) -> Path:

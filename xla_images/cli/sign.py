@@ -9,12 +9,8 @@ from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
 from ..run import publish, sbom as sboms, sign as signing
-from .common import flavour_filters, plan_options, select
+from .common import flavour_filters, plan_options, published_option, reports_option, say, select
 from .sbom import flavour_of, image_sbom
-
-
-def _say(line: str) -> None:
-    click.echo(line, err=True)
 
 
 def _entries(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None],
@@ -37,22 +33,14 @@ def _entries(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None],
     return entries
 
 
-def _common(command):
-    command = click.option("--published", "published_path", type=click.Path(path_type=Path), default=None,
-                           help=f"The record of verified pushes (default: {PUBLISHED_NAME} next to the matrix)."
-                           )(command)
-    return command
-
-
 @click.command("sign")
 @click.argument("names", nargs=-1, metavar="[FLAVOURS]...")
 @click.option("--key", "key_text", required=True, metavar="KEY",
               help="cosign private key (cosign.key) or KMS URI; its password comes from COSIGN_PASSWORD.")
 @click.option("--sbom/--no-sbom", "with_sbom", default=True, show_default=True,
               help="Also attach the image's SBOM as a signed cyclonedx attestation.")
-@click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default=None,
-              help=f"Where reports/<tag>/{sboms.SBOM_NAME} is written (default: {REPORTS}/ next to the matrix).")
-@_common
+@reports_option(f"reports/<tag>/{sboms.SBOM_NAME} files")
+@published_option()
 @flavour_filters
 @plan_options
 def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key_text: str, with_sbom: bool,
@@ -82,7 +70,7 @@ def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key
         return sboms.write(image_sbom(plan, flavour_of(plan, entry.tag), image, subject),
                            root / entry.tag / sboms.SBOM_NAME)
 
-    done = signing.sign_published(entries, key, sbom_for=sbom_for if with_sbom else None, say=_say)
+    done = signing.sign_published(entries, key, sbom_for=sbom_for if with_sbom else None, say=say)
     for item in done:
         click.echo(f"{item.tag}\t{item.ref}\tsigned{'' if item.sbom is None else ' + sbom attested'}")
 
@@ -95,7 +83,7 @@ def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key
               help="Also verify the signed SBOM attestation (and that it describes the digest).")
 @click.option("--sbom-dir", type=click.Path(path_type=Path), default=None,
               help="Write each verified SBOM to DIR/<tag>.cdx.json.")
-@_common
+@published_option()
 @flavour_filters
 @plan_options
 def verify(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key_text: str | None,
@@ -113,7 +101,7 @@ def verify(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], k
                           hint="pass --key cosign.pub, or set cosign_public_key in site.yaml")
     key = signing.Key.parse(chosen, private=False, where="--key" if key_text else "site cosign_public_key")
     entries = _entries(plan, names, filters, published_path)
-    verified, refused = signing.verify_published(entries, key, with_sbom=with_sbom, sbom_dir=sbom_dir, say=_say)
+    verified, refused = signing.verify_published(entries, key, with_sbom=with_sbom, sbom_dir=sbom_dir, say=say)
     for item in verified:
         sbom_text = "" if item.sbom_components is None else f"\tsbom ok ({item.sbom_components} components)"
         click.echo(f"{item.tag}\t{item.ref}\tsignature ok{sbom_text}")

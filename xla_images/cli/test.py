@@ -15,17 +15,8 @@ from ..generate.plan import Plan
 from ..model.target import Target
 from ..names import REPORTS, local_ref
 from ..run import bench as benching, checks, engine, smoke_runner
-from .common import flavour_filters, in_ci, plan_options, select
+from .common import flavour_filters, in_ci, plan_options, reports_option, say, select
 from .sbom import write_report as sbom_report
-
-
-def _reports_option(command: Any) -> Any:
-    return click.option("--reports", "reports_dir", type=click.Path(path_type=Path), default=None,
-                        help=f"Where reports/<tag>/ go (default: {REPORTS}/ next to the matrix).")(command)
-
-
-def _say(line: str) -> None:
-    click.echo(line, err=True)
 
 
 @click.command("test")
@@ -36,7 +27,7 @@ def _say(line: str) -> None:
               help="Decoder layers of the smoke suite's loop-vs-scan compile check (default: the suite's, 32).")
 @click.option("--checks-only", is_flag=True, help="Only the image checks, not the smoke suite.")
 @click.option("-k", "keyword", metavar="EXPR", default=None, help="Only image checks matching this pytest -k.")
-@_reports_option
+@reports_option()
 @flavour_filters
 @plan_options
 def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu: bool, layers: int | None,
@@ -62,28 +53,28 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
     sbom_failed: dict[str, str] = {}
     for flavour in flavours:
         image = _built_image(flavour)
-        _say(f"== {flavour.tag}: image checks on {image}")
+        say(f"== {flavour.tag}: image checks on {image}")
         checked = checks.run(checks.CheckTarget(flavour, image, ca_bundle, tpu), root / flavour.tag,
                              keyword=keyword, quiet=True)
         smoked = None
         if not checks_only:
-            _say(f"== {flavour.tag}: smoke suite ({'TPU' if tpu else 'PJRT CPU'})")
+            say(f"== {flavour.tag}: smoke suite ({'TPU' if tpu else 'PJRT CPU'})")
             smoked = smoke_runner.run(flavour, image, root / flavour.tag, tpu=tpu,
                                       layers=[layers] if layers else None,
-                                      on_line=None if in_ci() else _say)
+                                      on_line=None if in_ci() else say)
         rows.append((flavour, checked, smoked))
         try:
-            _say(f"== {flavour.tag}: SBOM {sbom_report(plan, flavour, image, root / flavour.tag)}")
+            say(f"== {flavour.tag}: SBOM {sbom_report(plan, flavour, image, root / flavour.tag)}")
         except Failure as error:
             sbom_failed[flavour.tag] = error.message
     _print_table(rows)
     failed = [flavour.tag for flavour, checked, smoked in rows
               if not checked.ok or (smoked and not smoked.ok) or flavour.tag in sbom_failed]
     for tag, message in sbom_failed.items():
-        _say(f"{tag}: FAILED sbom: {message}")
+        say(f"{tag}: FAILED sbom: {message}")
     for flavour, checked, smoked in rows:
         for line in checked.failures() + (smoked.failures() if smoked else []):
-            _say(f"{flavour.tag}: FAILED {line}")
+            say(f"{flavour.tag}: FAILED {line}")
     click.echo(f"reports in {root}/<tag>/")
     if failed:
         raise Failure(f"{len(failed)} of {len(rows)} flavour(s) failed: {', '.join(failed)}", rule="image-tests",
@@ -133,7 +124,7 @@ def _print_table(rows: list[tuple[Target, checks.ChecksResult, smoke_runner.Smok
               help="Write a PNG of compile time vs layer count (loop and scan lines per flavour). Needs the "
                    "'plot' extra: pip install 'xla-images[plot]'.")
 @click.option("--tpu", is_flag=True, help="Run as on a TPU VM (see `test --tpu`).")
-@_reports_option
+@reports_option()
 @plan_options
 def bench(plan: Plan, names: tuple[str, ...], layers_text: str, as_json: bool, plot_path: Path | None, tpu: bool,
           reports_dir: Path | None) -> None:
@@ -156,12 +147,12 @@ def bench(plan: Plan, names: tuple[str, ...], layers_text: str, as_json: bool, p
     results = []
     for flavour in flavours:
         image = _built_image(flavour)
-        _say(f"== {flavour.tag}: compile sweep {','.join(map(str, layers))} and tracing")
+        say(f"== {flavour.tag}: compile sweep {','.join(map(str, layers))} and tracing")
         results.append(benching.run(flavour, image, layers, root / flavour.tag, tpu=tpu,
-                                    on_line=None if (in_ci() or as_json) else _say))
+                                    on_line=None if (in_ci() or as_json) else say))
     if plot_path is not None:
         benching.plot(results, plot_path)
-        _say(f"plot written to {plot_path}")
+        say(f"plot written to {plot_path}")
     if as_json:
         click.echo(json.dumps([result.to_json() for result in results], indent=2))
     else:
