@@ -13,7 +13,7 @@ import pytest
 
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.generate import sync
+from xla_images.generate import lock_policy, sync
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.site import WheelSource
@@ -281,8 +281,8 @@ def test_a_release_s_pythons_lock_the_same_python_independent_wheels(tmp_path: P
     assert {tag: lock_names(plan, tag)["filelock"] for tag in ("r2.9.0_3.11_cpu", "r2.9.0_3.12_cpu")} == {
         "r2.9.0_3.11_cpu": "3.1.0", "r2.9.0_3.12_cpu": "3.1.0"}
     flavour312 = next(f for f in plan.flavours if f.tag == "r2.9.0_3.12_cpu")
-    assert sync.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
-    assert sync.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
+    assert lock_policy.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
+    assert lock_policy.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
     assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
     assert not any("do not resolve here" in message for message in messages)
 

@@ -26,14 +26,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from .. import diskio, userfiles
-from ..errors import ConfigError, XlaImagesError
+from ..errors import ConfigError
 from ..model import lockfile
 from ..model.target import Target
 from ..names import DOCKERFILES, GENERATED_MARK, LOCK_NAME, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
-from . import cigen, render
+from . import cigen, lock_policy, render
 from .plan import Plan
 from .render import RENDER_COMMAND
 
@@ -277,46 +275,10 @@ def lock_status(plan: Plan, flavour: Target) -> LockStatus:
         lock = lockfile.read_lock(path)
     except ConfigError as error:
         return LockStatus(LockState.STALE, f"unreadable ({error.message})")
-    # Resolved with its group and the release's aligned pins, or without the pins when they do not resolve for
-    # this python (recorded as `unaligned`), or alone when the group could not resolve together (see run.wheels).
-    group = lockfile.group_requirements(plan.flavours, flavour)
-    pins = aligned_pins(plan, flavour)
-    if pins:
-        unaligned = lockfile.unaligned(pins)
-        expected = {lockfile.lock_inputs(flavour, group + pins), lockfile.lock_inputs(flavour, group + (unaligned,)),
-                    lockfile.lock_inputs(flavour, flavour.requirements + (unaligned,))}
-    else:
-        expected = {lockfile.lock_inputs(flavour, group), lockfile.lock_inputs(flavour, flavour.requirements)}
-    if lock.inputs not in expected:
+    if lock.inputs not in lock_policy.accepted_inputs(plan, flavour):
         return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
                                            "wheel source changed since)")
     return LockStatus(LockState.FRESH)
-
-
-def aligned_pins(plan: Plan, flavour: Target) -> tuple[str, ...]:
-    """`name==version` of every python-independent wheel locked for the anchor python of `flavour`'s release.
-
-    `lock` resolves the release's other pythons with these pins as well, so their `torch-any` layers (see
-    layers.py) hold the same wheels, byte for byte, and a registry stores them once. Empty for the anchor
-    python itself and while its locks are missing or unreadable.
-    """
-    anchor = lockfile.anchor_python(plan.flavours, flavour)
-    if flavour.python == anchor:
-        return ()
-    family = [other for other in plan.flavours if lockfile.release_family(other) == lockfile.release_family(flavour)]
-    # The requirement roots (torch, torch_xla, libtpu) are pinned by each flavour itself, some only in some.
-    roots = {canonicalize_name(lockfile.parse_requirement(text).name) for other in family for text in other.requirements}
-    pins: set[str] = set()
-    for other in family:
-        if other.python != anchor:
-            continue
-        try:
-            lock = lockfile.read_lock(plan.lock_path(other))
-        except XlaImagesError:
-            continue
-        pins.update(f"{entry.name}=={entry.version}" for entry in lock.entries
-                    if lockfile.is_pure_wheel(entry.filename) and entry.name not in roots)
-    return tuple(sorted(pins))
 
 
 def _lock_findings(plan: Plan) -> list[Finding]:

@@ -44,9 +44,10 @@ from packaging.version import InvalidVersion, Version
 from .. import diskio
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
-from ..generate.sync import aligned_pins, write_if_changed
-from ..model.lockfile import (PLATFORMS, Lock, LockEntry, anchor_python, format_lock, group_key, group_requirements,
-                              lock_inputs, parse_requirement, read_lock, release_family, unaligned, unavailable_reason)
+from ..generate import lock_policy
+from ..generate.sync import write_if_changed
+from ..model.lockfile import (PLATFORMS, Lock, LockEntry, anchor_python, format_lock, group_key, lock_inputs,
+                              parse_requirement, read_lock, release_family, unavailable_reason)
 from ..model.site import Site, WheelSource
 from ..model.target import Target
 
@@ -287,8 +288,8 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
     """Resolve and write the locks of `flavours`; release families run `jobs` at a time.
 
     A release family (one torch_xla, ABI and wheel source) is locked python by python, the lowest first; the
-    others are resolved with that python's python-independent pins too (`aligned_pins`), falling back to a free
-    resolution where those pins do not resolve. A group that fails (say, a pin with no wheel for its python)
+    others are resolved with that python's python-independent pins too, falling back to a free resolution where
+    those pins do not resolve (generate.lock_policy: the attempts, in order). A group that fails (say, a pin with no wheel for its python)
     does not stop the others: every lock that can be made is written, and the failures are reported together.
     """
     resolver = resolver or Resolver(plan.site)
@@ -300,15 +301,13 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         else:
             groups.setdefault(group_key(flavour), []).append(flavour)
 
-    def resolve_and_write(members: list[Target], roots: Sequence[str],
-                          recorded: Sequence[str] | None = None) -> list[LockResult]:
+    def resolve_and_write(members: list[Target], roots: Sequence[str], recorded: Sequence[str]) -> list[LockResult]:
         started = time.monotonic()
         entries = resolver.resolve(members, roots)
         seconds = time.monotonic() - started
         written = []
         for flavour in members:
-            text = format_lock(flavour, lock_inputs(flavour, roots if recorded is None else recorded),
-                               entries[flavour.tag])
+            text = format_lock(flavour, lock_inputs(flavour, recorded), entries[flavour.tag])
             changed = write_if_changed(plan.lock_path(flavour), text, plan.root)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
@@ -317,32 +316,31 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         return written
 
     def run(members: list[Target]) -> tuple[list[LockResult], list[GroupFailure]]:
-        group = group_requirements(plan.flavours, members[0])
-        pins = aligned_pins(plan, members[0])  # the anchor python's group ran before this one (run_family)
-        if pins:
+        # The anchor python's group ran before this one (run_family): its lock gives the pins (lock_policy).
+        together = [attempt for attempt in lock_policy.attempts(plan, members[0]) if attempt.together]
+        tags = " + ".join(flavour.tag for flavour in members)
+        for number, attempt in enumerate(together):
             try:
-                return resolve_and_write(members, group + pins), []
+                return resolve_and_write(members, attempt.roots, attempt.recorded), []
             except XlaImagesError as error:
-                progress(f"{' + '.join(flavour.tag for flavour in members)}: the python-independent pins of python "
-                         f"{anchor_python(plan.flavours, members[0])} do not resolve here "
-                         f"({error.message.splitlines()[0]}); resolving without them (torch-any not shared)")
-        try:
-            return resolve_and_write(members, group, group + (unaligned(pins),) if pins else None), []
-        except XlaImagesError as error:
-            if len(members) == 1:
-                progress(f"FAILED {members[0].tag}")
-                return [], [GroupFailure((members[0].tag,), error)]
+                if number + 1 < len(together):
+                    progress(f"{tags}: the python-independent pins of python "
+                             f"{anchor_python(plan.flavours, members[0])} do not resolve here "
+                             f"({error.message.splitlines()[0]}); resolving without them (torch-any not shared)")
+                elif len(members) == 1:
+                    progress(f"FAILED {members[0].tag}")
+                    return [], [GroupFailure((members[0].tag,), error)]
         # Together they do not resolve (say, the tpu sibling's libtpu has no wheel for this python): whoever
         # resolves alone still gets a lock, recorded as resolved from its own requirements.
-        progress(f"{' + '.join(flavour.tag for flavour in members)} do not resolve together; trying each alone")
+        progress(f"{tags} do not resolve together; trying each alone")
         results, failures = [], []
         for flavour in members:
+            alone = lock_policy.attempts(plan, flavour)[-1]
             try:
-                results += resolve_and_write([flavour], flavour.requirements,
-                                             flavour.requirements + (unaligned(pins),) if pins else None)
-            except XlaImagesError as alone:
+                results += resolve_and_write([flavour], alone.roots, alone.recorded)
+            except XlaImagesError as error:
                 progress(f"FAILED {flavour.tag}")
-                failures.append(GroupFailure((flavour.tag,), alone))
+                failures.append(GroupFailure((flavour.tag,), error))
         return results, failures
 
     def run_family(members_by_python: list[list[Target]]) -> tuple[list[LockResult], list[GroupFailure]]:
