@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 from .errors import ConfigError, Failure, Location
 
@@ -86,15 +86,33 @@ def inside(root: Path, path: Path, *, directory: bool = False) -> Path:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back for the block (main thread; elsewhere a no-op): delivered right after it."""
+    """Hold SIGINT and SIGTERM back for the block (main thread; elsewhere a no-op): delivered right after it.
+
+    Held by handlers that only take note, not by a signal mask: the kernel hands a process-directed signal to any
+    thread that does not block it, and a mask set here would cover the main thread only (any other thread, a
+    worker pool's or a server's, would take the signal and Python would still raise it in the main thread).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    pending: list[int] = []
+    previous = {number: signal.signal(number, lambda received, frame: pending.append(received))
+                for number in _HELD_SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if pending:
+            _deliver(pending[0], previous[pending[0]])
+
+
+def _deliver(number: int, handler: Any) -> None:
+    """What the signal would have done outside the block: its handler, or its default action."""
+    if callable(handler):
+        handler(number, None)
+    elif handler in (signal.SIG_DFL, None):  # None: a handler not set from Python; take the default
+        os.kill(os.getpid(), number)
 
 
 def write_text_atomic(path: Path, text: str, what: str = "", *, root: Path | None = None,
