@@ -81,6 +81,11 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def root_name(requirement: str) -> str:
+    """The canonical distribution name a requirement root (`torch==2.9.0`, `torch_xla[tpu]`) names."""
+    return canonical(re.split(r"[=<>!~ \[;]", requirement, maxsplit=1)[0])
+
+
 # --- the plan: pure, the same in the image (installed wheels) and on the host (the lock's wheels) -----------
 
 @dataclass(frozen=True)
@@ -378,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     locked = {canonical(line.split("==", 1)[0]) for line in args.lock.read_text().splitlines()
               if line.strip() and not line.startswith("#")}
     baseline = set(args.baseline.read_text().splitlines())
-    roots = [canonical(re.split(r"[=<>!~ \[;]", root, 1)[0]) for root in args.roots]
+    roots = [root_name(root) for root in args.roots]
     try:
         report = split(site_packages, args.venv, args.out, roots, locked, baseline, args.epoch)
     except LayoutError as error:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import email.parser
 import json
 import os
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -192,7 +191,7 @@ class WheelFinder:
 
 def dists_of(flavour: Target, lock: Lock, facts: dict[str, WheelFacts]) -> dict[str, layers.Dist]:
     """The layer split's view of a lock's wheels once pip has installed them into the image's venv."""
-    site_packages = Path(names.VENV) / "lib" / f"python{flavour.python}" / "site-packages"
+    site_packages = _site_packages(flavour.python)
     dists = {}
     for entry in lock.entries:
         wheel = facts[entry.sha256]
@@ -201,6 +200,10 @@ def dists_of(flavour: Target, lock: Lock, facts: dict[str, WheelFacts]) -> dict[
         dists[name] = layers.Dist(name, entry.version, wheel.requires, layers.is_pure_tags(list(wheel.tags)),
                                   files)
     return dists
+
+
+def _site_packages(python: str) -> Path:
+    return Path(names.VENV) / "lib" / f"python{python}" / "site-packages"
 
 
 def _installed_path(record_path: str, site_packages: Path, python: str) -> Path:
@@ -232,10 +235,10 @@ def check_flavour(flavour: Target, lock_path: Path, finder: WheelFinder) -> Layo
             return LayoutResult(flavour.tag, (), False)
         facts[entry.sha256] = found
     dists = dists_of(flavour, lock, facts)
-    site_packages = Path(names.VENV) / "lib" / f"python{flavour.python}" / "site-packages"
-    roots = [layers.canonical(re.split(r"[=<>!~ \[;]", root, maxsplit=1)[0]) for root in flavour.requirements]
+    roots = [layers.root_name(root) for root in flavour.requirements]
     try:
-        layout = layers.plan(roots, dists, set(dists), site_packages, target_environment(flavour.python))
+        layout = layers.plan(roots, dists, set(dists), _site_packages(flavour.python),
+                             target_environment(flavour.python))
     except layers.LayoutError as error:
         return LayoutResult(flavour.tag, (str(error),), True)
     base = {Path(names.VENV) / path: kind for path, kind in VENV_SKELETON.items()}
