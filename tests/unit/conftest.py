@@ -1,26 +1,18 @@
 """Fixtures the unit tests share."""
 from __future__ import annotations
 
-import http.server
-import threading
 from typing import Iterator
 
 import pytest
 
-from fake_index import FakeIndex
+from fake_index import FakeIndex, serving
 
 
 @pytest.fixture(scope="session")
 def index_server_started() -> Iterator[str]:
     """A local package index (fake_index.FakeIndex) on 127.0.0.1, for the whole session."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeIndex)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(FakeIndex) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture()

@@ -2,7 +2,23 @@
 answers range requests the way the public index's file host does (run.index reads wheels only through them)."""
 from __future__ import annotations
 
+import contextlib
 import http.server
+import threading
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A threaded stdlib HTTP server of `handler` on 127.0.0.1 for the block; yields its port."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 class FakeIndex(http.server.BaseHTTPRequestHandler):

@@ -13,11 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from fake_index import serving
 import yaml
 
 from xla_images.generate import cigen, sync
@@ -428,14 +428,8 @@ def registry(plan: Plan) -> Iterator[str]:
     held = [f for f in plan.flavours if f.torch_xla == newest(plan)]
     FakeRegistry.manifests = {**{f.tag: digest_of(f.tag) for f in held},
                               **{digest_of(f.tag): digest_of(f.tag) for f in held}}
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}/xla-images"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(FakeRegistry) as port:
+        yield f"127.0.0.1:{port}/xla-images"
 
 
 def run_resolve_step(files: dict[Path, str], tmp_path: Path, **inputs: str) -> tuple[int, dict[str, str], str]:
