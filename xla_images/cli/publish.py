@@ -45,7 +45,7 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
     path = published_path or plan.root / PUBLISHED_NAME
-    done = publish.push_all(flavours, registry, path, progress=say)
+    done = publish.push_all(flavours, registry, path, progress=say, compression=plan.site.compression)
     for entry in done:
         click.echo(f"{entry.tag}\t{entry.ref}\t{' '.join(entry.tags[1:])}")
     say(f"{len(done)} flavour(s) pushed and verified; recorded in {path}")

@@ -15,11 +15,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from .. import resources, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
+from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
 from .registry import EXAMPLE, SHAPE, registry_problem
 
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
+TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key", "compression"}
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
 MATCH_KEYS = {"torch_xla", "abi", "channel"}
@@ -93,6 +94,8 @@ class Site:
     root: Path
     # The public key `resolve --verify` / `pull --verify` check signatures with (a path or cosign key URI).
     cosign_public_key_setting: str | None = None
+    # How `push` compresses layers (model.compression): zstd by the toolkit, or gzip by the engine.
+    compression: Compression = Compression()
 
     def wheel_source_for(self, torch_xla: str, abi: Abi,
                          channel: Channel = Channel.RELEASE) -> WheelSourceRule | None:
@@ -233,6 +236,11 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
     if public_key is not None and (not isinstance(public_key, str) or not _PATH.fullmatch(public_key)):
         errors.append(ConfigError("cosign_public_key must be a path to a cosign public key (or a cosign key URI)",
                                   location=where("cosign_public_key"), rule="site-cosign-public-key"))
+    compression = Compression()
+    try:
+        compression = parse_compression(data.get("compression"), where("compression"))
+    except ConfigError as error:
+        errors.append(error)
     if errors:
         raise ErrorList(errors) if len(errors) > 1 else errors[0]
     return Site(
@@ -242,6 +250,7 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         wheel_sources=tuple(rules),
         root=root,
         cosign_public_key_setting=public_key or None,
+        compression=compression,
     )
 
 
