@@ -113,13 +113,15 @@ launch() {
 # --- the pull-through cache ----------------------------------------------------------------------------------
 
 check_origin() {
-    [ -n "${ORIGIN:-}" ] || die "ORIGIN is not set: start-mirror needs the origin registry, e.g. ORIGIN=https://registry.example:5000"
+    [ -n "${ORIGIN:-}" ] || die "ORIGIN is not set: start-mirror needs the origin registry," \
+        "e.g. ORIGIN=https://registry.example:5000"
     ORIGIN="${ORIGIN%/}"
     case "$ORIGIN" in
         *@*) die "ORIGIN must not hold credentials; pass them as ORIGIN_USER and ORIGIN_PASSWORD" ;;
     esac
     # Scheme, a host name of letters, digits, dots and hyphens (or a bracketed IPv6), an optional port, no path.
-    if ! printf '%s' "$ORIGIN" | grep -Eq '^https?://([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$'; then
+    local shape='^https?://([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$'
+    if ! printf '%s' "$ORIGIN" | grep -Eq "$shape"; then
         die "ORIGIN must be https://HOST[:PORT] (no path), got '$ORIGIN'"
     fi
     case "$ORIGIN" in
@@ -133,7 +135,7 @@ check_origin() {
         die "ORIGIN_PASSWORD is set but ORIGIN_USER is not: set both, or neither for an anonymous origin"
     fi
     if [ -n "${ORIGIN_CA:-}" ]; then
-        [ -f "$ORIGIN_CA" ] && [ -r "$ORIGIN_CA" ] || die "ORIGIN_CA=$ORIGIN_CA is not a readable file"
+        if [ ! -f "$ORIGIN_CA" ] || [ ! -r "$ORIGIN_CA" ]; then die "ORIGIN_CA=$ORIGIN_CA is not a readable file"; fi
         grep -q -- '-----BEGIN CERTIFICATE-----' "$ORIGIN_CA" || die "ORIGIN_CA=$ORIGIN_CA holds no PEM certificate"
     fi
 }
@@ -142,8 +144,10 @@ write_mirror_config() {
     write_config
     # The proxy section carries the origin's URL only: distribution reads the user and password from
     # REGISTRY_PROXY_USERNAME/REGISTRY_PROXY_PASSWORD, which only the registry process is given.
-    printf '# A pull-through cache of the origin (ci/registry.sh start-mirror); it refuses pushes.\nproxy:\n  remoteurl: %s\n' \
-        "$ORIGIN" >>"$CONFIG"
+    {
+        printf '# A pull-through cache of the origin (ci/registry.sh start-mirror); it refuses pushes.\n'
+        printf 'proxy:\n  remoteurl: %s\n' "$ORIGIN"
+    } >>"$CONFIG"
     printf '%s\n' "$ORIGIN" >"$ORIGIN_FILE.tmp"
     mv "$ORIGIN_FILE.tmp" "$ORIGIN_FILE"
 }
@@ -168,12 +172,15 @@ check_origin_auth() {
     local headers status
     local ca=()
     if [ -f "$ORIGIN_BUNDLE" ]; then ca=(--cacert "$ORIGIN_BUNDLE"); fi
-    if ! headers="$(curl --silent --show-error --max-time 10 --output /dev/null --dump-header - "${ca[@]}" "$ORIGIN/v2/" 2>&1)"; then
-        die "the origin does not answer at $ORIGIN/v2/ (${headers##*curl: }); the mirror asks it for its auth challenge when it starts"
+    if ! headers="$(curl --silent --show-error --max-time 10 --output /dev/null --dump-header - "${ca[@]}" \
+                        "$ORIGIN/v2/" 2>&1)"; then
+        die "the origin does not answer at $ORIGIN/v2/ (${headers##*curl: });" \
+            "the mirror asks it for its auth challenge when it starts"
     fi
     status="$(printf '%s\n' "$headers" | awk 'NR == 1 {print $2}')"
     if [ "$status" = 401 ] && printf '%s\n' "$headers" | grep -iq '^www-authenticate: *basic'; then
-        die "the origin asks for Basic auth (htpasswd), which distribution 2.8's proxy does not answer; the origin must allow anonymous reads or use token auth (a Bearer realm)"
+        die "the origin asks for Basic auth (htpasswd), which distribution 2.8's proxy does not answer;" \
+            "the origin must allow anonymous reads or use token auth (a Bearer realm)"
     fi
     if [ -n "${ORIGIN_USER:-}" ] && [ "$status" != 401 ]; then
         say "note: the origin answered $status to /v2/ without credentials; ORIGIN_USER will only be used if it asks"
@@ -187,15 +194,18 @@ start_mirror() {
             say "mirror of $ORIGIN already running at $URL"
             return 0
         fi
-        die "the registry at $URL is not a mirror of $ORIGIN (origin: $(cat "$ORIGIN_FILE" 2>/dev/null || echo 'none, a plain registry')); stop it first or pick another PORT"
+        local running
+        running="$(cat "$ORIGIN_FILE" 2>/dev/null || echo 'none, a plain registry')"
+        die "the registry at $URL is not a mirror of $ORIGIN (its origin: $running); stop it first or pick another PORT"
     fi
     if answers; then
         die "a registry not started by this script already answers at $URL; pick another PORT for the mirror"
     fi
     command -v docker-registry >/dev/null || die "docker-registry is not installed; run: ci/registry.sh install"
-    write_mirror_config
+    mkdir -p "$DIR"
     write_origin_bundle
     check_origin_auth
+    write_mirror_config
     say "mirror of $ORIGIN${ORIGIN_USER:+ (as user $ORIGIN_USER)}${ORIGIN_CA:+, trusting the CA in $ORIGIN_CA}"
     (
         # Only for the registry process: the shell that called us keeps its own environment.

@@ -232,7 +232,8 @@ class TlsRegistry:
               client_cas: bool = False, access_log: bool = False) -> "TlsRegistry":
         """`access_log`: one combined-format line per request in registry.log (what a test counts requests by)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        lines = ["version: 0.1", "log:", "  level: warn", "  accesslog:", f"    disabled: {str(not access_log).lower()}",
+        lines = ["version: 0.1", "log:", "  level: warn",
+                 "  accesslog:", f"    disabled: {str(not access_log).lower()}",
                  "storage:", "  filesystem:", f"    rootdirectory: {self.directory / 'data'}",
                  "  delete:", "    enabled: true",
                  "http:", f"  addr: 127.0.0.1:{self.port}", "  tls:",

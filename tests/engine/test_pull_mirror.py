@@ -175,3 +175,31 @@ def test_second_cold_pull_through_the_mirror_gets_no_blob_from_the_origin(
     finally:
         engine.images.remove_image(image_id, force=True)
         engine.images.remove_image(names.local_ref(flavour.tag), force=True)
+
+
+def test_start_mirror_refuses_what_it_cannot_proxy_and_starts_nothing(
+        pki: support.Pki, origin: support.TlsRegistry, tmp_path: Path) -> None:
+    """Distribution 2.8's proxy never answers a Basic challenge of its origin: the script says so up front rather
+    than start a mirror whose every fetch fails. Bad settings are refused before anything runs, never echoing a
+    password."""
+    basic = support.TlsRegistry(pki.name, free_port(), tmp_path / "basic")
+    basic.start(pki, auth="htpasswd", htpasswd=support.write_htpasswd(tmp_path / "htpasswd", {USER: PASSWORD}))
+    try:
+        script = MirrorScript(tmp_path / "state", basic, pki)
+        refused = script.run("start-mirror")
+        assert refused.returncode == 1 and "Basic auth" in refused.stderr, refused.stderr
+        assert not (script.directory / "registry.pid").exists() and not (script.directory / "config.yml").exists()
+    finally:
+        basic.stop()
+    script = MirrorScript(tmp_path / "state", origin, pki)
+    for changes, said in (({"ORIGIN": f"https://{origin.host}/v2"}, "no path"),
+                          ({"ORIGIN": "http://registry.example.com"}, "https://"),
+                          ({"ORIGIN": f"https://{USER}:{PASSWORD}@{origin.host}"}, "ORIGIN_USER and ORIGIN_PASSWORD"),
+                          ({"ORIGIN_PASSWORD": ""}, "ORIGIN_PASSWORD is not"),
+                          ({"ORIGIN_CA": str(tmp_path / "absent.pem")}, "not a readable file")):
+        script.env.update(changes)
+        result = script.run("start-mirror")
+        assert result.returncode == 1 and said in result.stderr, (changes, result.stderr)
+        script.env = MirrorScript(tmp_path / "state", origin, pki).env | {"PORT": str(script.port)}
+    assert not (script.directory / "registry.pid").exists()
+    assert all(PASSWORD not in text for text in script.outputs)
