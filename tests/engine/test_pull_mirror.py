@@ -169,6 +169,11 @@ def test_second_cold_pull_through_the_mirror_gets_no_blob_from_the_origin(
         assert failed.stderr.count("error") == 1 and failed.stdout == ""
         assert engine.images.image_inspect(local_ref) is None  # nothing tagged
         assert engine.images.image_inspect(image_id) is None
+        wiped = mirror.run("wipe")  # the cache emptied, and the mirror restarted for the same origin
+        assert wiped.returncode == 0, wiped.stderr
+        status = mirror.run("status")
+        assert status.returncode == 0 and f"mirror of https://{origin.host}" in status.stdout, status.stdout
+        assert not list((mirror.directory / "data").rglob("data"))  # no blob left in the cache
         for text in [*client.outputs, *mirror.outputs, (mirror.directory / "config.yml").read_text(),
                      (mirror.directory / "registry.log").read_text(errors="replace")]:
             assert PASSWORD not in text

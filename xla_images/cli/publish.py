@@ -10,9 +10,8 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
-from ..model.registry import Registry
+from ..model.registry import Mirror, Registry
 from ..names import PUBLISHED_NAME
-from ..model.registry import Mirror
 from ..run import engine, mirror as mirroring, publish, registry as registries, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, published_option, say, select
 
