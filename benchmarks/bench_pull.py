@@ -20,6 +20,8 @@ alternates per round; each pulled image then runs `import torch_xla`):
   zstd              the default publication, same engine
   zstd via cache    through a pull-through cache (distribution's proxy mode) in front of the zstd registry:
                     first with the cache empty, then again (cold engine, warm cache); origin blob GETs counted
+With --containerd-store, the pull engine is also restarted with dockerd's containerd image store and both
+publications are pulled into it.
 Bytes on the wire: the compressed layer sizes of the manifest pulled (what the registry sends).
 """
 from __future__ import annotations
@@ -92,33 +94,38 @@ class Registries:
 
 
 class PullEngine:
-    """A second dockerd (ci/engine.sh, own data root, socket and bridge) restarted with or without unpigz."""
+    """A second dockerd (ci/engine.sh, own data root, socket and bridge) restarted with or without unpigz, with
+    the classic image store (overlay2 graph driver) or containerd's (snapshotters; data root of its own)."""
 
     def __init__(self, state: Path) -> None:
         self.state = state
         self.socket = f"unix://{state}/docker.sock"
-        self.pigz: bool | None = None
+        self.mode: tuple[bool, str] | None = None
 
-    @property
-    def env(self) -> dict[str, str]:
-        args = (f"--data-root {self.state}/data --exec-root {self.state}/exec --bridge {BRIDGE} "
-                f"--iptables=false --ip-masq=false")
+    def env(self, store: str = "classic") -> dict[str, str]:
+        config = self.state / f"daemon-{store}.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps({"features": {"containerd-snapshotter": store == "containerd"}}))
+        args = (f"--data-root {self.state}/data-{store} --exec-root {self.state}/exec --bridge {BRIDGE} "
+                f"--iptables=false --ip-masq=false --config-file {config}")
         return {"XLA_IMAGES_STATE": str(self.state), "DOCKER_HOST": self.socket, "ENGINE_DOCKERD_ARGS": args}
 
-    def use(self, pigz: bool) -> None:
-        if self.pigz == pigz:
+    def use(self, pigz: bool, store: str = "classic") -> None:
+        if self.mode == (pigz, store):
             return
         self.stop()
-        env = dict(self.env)
+        env = self.env(store)
         if not pigz:
             env["MOBY_DISABLE_PIGZ"] = "1"
         run(["bash", str(REPO / "ci" / "engine.sh"), "start"], env)
-        self.pigz = pigz
+        self.mode = (pigz, store)
+        driver = self.docker("info", "--format", "{{json .DriverStatus}}").strip()
+        print(f"    pull engine: {store} store ({driver}), unpigz {'on' if pigz else 'off'}", flush=True)
 
     def stop(self) -> None:
-        if self.pigz is not None:
-            run(["bash", str(REPO / "ci" / "engine.sh"), "stop"], self.env)
-            self.pigz = None
+        if self.mode is not None:
+            run(["bash", str(REPO / "ci" / "engine.sh"), "stop"], self.env(self.mode[1]))
+            self.mode = None
 
     def docker(self, *args: str, check: bool = True) -> str:
         return run(["docker", *args], {"DOCKER_HOST": self.socket}, check)
@@ -188,6 +195,8 @@ def main() -> int:
     parser.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
     parser.add_argument("--no-mirror", action="store_true", help="skip the pull-through cache case")
     parser.add_argument("--no-push", action="store_true", help="push once each, untimed (pulls only)")
+    parser.add_argument("--containerd-store", action="store_true",
+                        help="also pull into dockerd's containerd image store (needs containerd 1.7+)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: it starts a second dockerd and drops the page cache")
@@ -217,10 +226,14 @@ def main() -> int:
                 print(f"  round {round_ + 1} push {name}: {seconds:.1f} s, {sent / 1e6:,.0f} MB sent", flush=True)
         sizes = {name: wire_bytes(where[name], args.tag) for name in where}
         with bridge():
-            cases = [("gzip, no unpigz", False, "gzip"), ("gzip, unpigz", True, "gzip"), ("zstd", True, "zstd")]
+            cases = [("gzip, no unpigz", False, "gzip", "classic"), ("gzip, unpigz", True, "gzip", "classic"),
+                     ("zstd", True, "zstd", "classic")]
+            if args.containerd_store:
+                cases += [("gzip, containerd store", True, "gzip", "containerd"),
+                          ("zstd, containerd store", True, "zstd", "containerd")]
             for round_ in range(args.rounds):
-                for label, pigz, name in (cases if round_ % 2 == 0 else cases[::-1]):
-                    engine.use(pigz)
+                for label, pigz, name, store in (cases if round_ % 2 == 0 else cases[::-1]):
+                    engine.use(pigz, store)
                     print(f"  round {round_ + 1} pull {label}:", flush=True)
                     digest = sizes[name][0]
                     pulls.setdefault(label, []).append(engine.pull(f"{where[name].name}@{digest}"))
