@@ -10,13 +10,14 @@ same credentials for the push as the toolkit's own verifying calls (`Credentials
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import tenacity
 
@@ -118,7 +119,8 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
 def _push_zstd(flavour: Target, image: str, labels: dict[str, str], registry: Registry, client: RegistryClient,
                compression: Compression, progress: Progress, transfers: dict[str, Transfer] | None) -> Published:
     progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)} ({compression.describe()} layers)")
-    pushed = zstd_push.push_zstd(image, client, compression, [flavour.tag], progress)
+    with _push_failed(registry.ref(flavour.tag)):
+        pushed = _zstd_retrying(image, client, compression, flavour.tag, progress)
     transfer = Transfer(sum(layer.size for layer in pushed.layers if layer.uploaded),
                         sum(layer.size for layer in pushed.layers if not layer.uploaded),
                         sum(1 for layer in pushed.layers if layer.uploaded),
@@ -129,9 +131,39 @@ def _push_zstd(flavour: Target, image: str, labels: dict[str, str], registry: Re
     progress(f"{flavour.tag}: verified {registry.digest_ref(pushed.digest)}")
     for alias in flavour.aliases:
         # The same manifest bytes under another tag: nothing is compressed or uploaded again.
-        zstd_push.put_manifest(client, alias, pushed.manifest, pushed.digest)
+        with _push_failed(registry.ref(alias)):
+            zstd_push.put_manifest(client, alias, pushed.manifest, pushed.digest)
         progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
     return Published(flavour.tag, flavour.tags, registry.name, pushed.digest, labels, flavour.to_json(), _now())
+
+
+def _zstd_retrying(image: str, client: RegistryClient, compression: Compression, tag: str,
+                   progress: Progress) -> zstd_push.ZstdPush:
+    """push_zstd, pushed again when the registry answered an upload unexpectedly (a chunk cut by a dropped link
+    comes back as 416 or 400): what it already holds is skipped, so only the cut layer goes again. A registry that
+    stopped answering has had the client's own retries already and fails at once."""
+    def say_retry(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        progress(f"  {error.message if isinstance(error, Failure) else error}; pushing {tag} again in "
+                 f"{state.upcoming_sleep:.1f} s (attempt {state.attempt_number + 1} of {client.retry.attempts})")
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(client.retry.attempts),
+        wait=tenacity.wait_exponential(multiplier=client.retry.first_wait, max=client.retry.max_wait),
+        retry=tenacity.retry_if_exception(lambda error: isinstance(error, Failure) and error.rule == "push"),
+        before_sleep=say_retry, reraise=True)
+    return retrying(zstd_push.push_zstd, image, client, compression, [tag], progress)
+
+
+@contextlib.contextmanager
+def _push_failed(ref: str) -> Iterator[None]:
+    """Name the tag being pushed in any failure, as the engine's push does (`push of REF failed: ...`)."""
+    try:
+        yield
+    except Failure as error:
+        error.message = f"push of {ref} failed: {error.message}"
+        error.args = (error.message,)
+        raise
 
 
 def _built_labels(flavour: Target, image: str) -> dict[str, str]:

@@ -118,9 +118,7 @@ def push_zstd(image: str, client: RegistryClient, compression: Compression, tags
     made: dict[str, Layer] = {}
     if missing or config_size is None:
         progress(f"  exporting {image}: {len(missing)} layer(s) to compress with zstd level {compression.level}")
-        made, config = _export_and_upload(image, client, compression, set(missing), config_digest, progress)
-        for layer in made.values():
-            cache.put(layer.diff_id, layer.digest, layer.size)
+        made, config = _export_and_upload(image, client, compression, set(missing), config_digest, cache, progress)
         if config_size is None:
             config_size = upload_bytes(client, config_digest, [config], rule="push")
     layers = tuple(made.get(diff_id) or known[diff_id] for diff_id in diff_ids)
@@ -167,8 +165,9 @@ def _blob_size(client: RegistryClient, digest: str) -> int | None:
 
 
 def _export_and_upload(image: str, client: RegistryClient, compression: Compression, missing: set[str],
-                       config_digest: str, progress: Progress) -> tuple[dict[str, Layer], bytes]:
-    """Read the engine's export once: compress and upload each missing layer, keep the config's bytes."""
+                       config_digest: str, cache: DigestCache, progress: Progress) -> tuple[dict[str, Layer], bytes]:
+    """Read the engine's export once: compress and upload each missing layer, keep the config's bytes.
+    Each layer is remembered as soon as the registry has it, so a push cut later does not send it again."""
     made: dict[str, Layer] = {}
     config: bytes | None = None
     stream = _ChunkReader(engine.images.save_image_stream(image))
@@ -187,6 +186,7 @@ def _export_and_upload(image: str, client: RegistryClient, compression: Compress
                                       hint="the engine's layer store is damaged; rebuild the image")
                     if layer.diff_id in missing:
                         made[layer.diff_id] = layer
+                        cache.put(layer.diff_id, layer.digest, layer.size)
                 elif member.size <= MAX_CONFIG and config_digest in (key, "sha256:" + name.removesuffix(".json")):
                     data = archive.extractfile(member).read()
                     if "sha256:" + hashlib.sha256(data).hexdigest() == config_digest:
@@ -210,7 +210,9 @@ def _compress_and_upload(source: BinaryIO | None, client: RegistryClient, compre
     if source is None:
         raise Failure("the engine's export has a layer that cannot be read", rule="push-zstd")
     command = ["zstd", "-q", "-c", f"-{compression.level}", "-T0", "--no-progress"]
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A session of its own: a terminal's Ctrl-C reaches the toolkit, which stops zstd itself and cleans up.
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
     feeder = _Feeder(source, process.stdin)
     upload = BlobUpload(client, "push")
     compressed = hashlib.sha256()
@@ -228,7 +230,7 @@ def _compress_and_upload(source: BinaryIO | None, client: RegistryClient, compre
         if feeder.error is not None:
             raise feeder.error
         digest = "sha256:" + compressed.hexdigest()
-        size = upload.finish(digest)
+        size = upload.finish(digest, data_in_put=False)
     except BaseException:
         process.kill()
         if feeder.ident is not None:

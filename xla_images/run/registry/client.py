@@ -190,9 +190,11 @@ class RegistryClient:
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
                 data: bytes | None = None, params: dict[str, str] | None = None,
-                stream: bool = False) -> requests.Response:
-        """Any API call with this client's trust, retries and credentials; `path` may be an upload's Location."""
-        return self._request(method, path, headers, data=data, params=params, stream=stream)
+                stream: bool = False, once: bool = False) -> requests.Response:
+        """Any API call with this client's trust, retries and credentials; `path` may be an upload's Location.
+        `once`: a single attempt (a best-effort clean-up must not wait out a registry that is down)."""
+        return self._request(method, path, headers, data=data, params=params, stream=stream,
+                             attempts=1 if once else None)
 
     def raise_for(self, response: requests.Response, what: str) -> None:
         self._raise_for(response, what)
@@ -201,9 +203,10 @@ class RegistryClient:
 
     def _request(self, method: str, path: str, headers: dict[str, str] | None = None, *,
                  data: bytes | None = None, params: dict[str, str] | None = None,
-                 stream: bool = False) -> requests.Response:
+                 stream: bool = False, attempts: int | None = None) -> requests.Response:
+        attempts = attempts or self.retry.attempts
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            stop=tenacity.stop_after_attempt(attempts),
             wait=tenacity.wait_exponential(multiplier=self.retry.first_wait, max=self.retry.max_wait),
             retry=tenacity.retry_if_exception_type(RegistryDown),
             reraise=True,
@@ -213,7 +216,7 @@ class RegistryClient:
                             {"data": data, "params": params, "stream": stream})
         except RegistryDown as down:
             raise Failure(f"registry {self.registry.host} does not answer ({down}) after "
-                          f"{self.retry.attempts} attempt(s)", rule="registry-reachable",
+                          f"{attempts} attempt(s)", rule="registry-reachable",
                           hint=unreachable_hint(self.registry.host)) from None
 
     def _send_authenticated(self, method: str, path: str, headers: dict[str, str],

@@ -51,8 +51,12 @@ class BlobUpload:
             self._patch(bytes(self._pending))
             self._pending.clear()
 
-    def finish(self, digest: str) -> int:
-        """Send what is left with the closing PUT; return the blob's size."""
+    def finish(self, digest: str, *, data_in_put: bool = True) -> int:
+        """Close the session with `PUT ?digest=`; return the blob's size. What is left goes with the PUT, or (with
+        data_in_put=False) in a last PATCH before an empty PUT, the way the engine's own push ends a layer."""
+        if not data_in_put and self._pending:
+            self._patch(bytes(self._pending))
+            self._pending.clear()
         done = self.client.request("PUT", self.location, params={"digest": digest},
                                    headers={"Content-Type": "application/octet-stream"}, data=bytes(self._pending))
         self._expect(done, 201, f"finish the upload of {digest}")
@@ -64,7 +68,7 @@ class BlobUpload:
         """End an unfinished session (best effort: a registry also expires it), so no partial upload lingers."""
         if self.location:
             try:
-                self.client.request("DELETE", self.location).close()
+                self.client.request("DELETE", self.location, once=True).close()
             except Failure:
                 pass
 
@@ -86,8 +90,12 @@ class BlobUpload:
         return str(location)
 
     def _expect(self, response: Any, status: int, what: str) -> None:
-        self.client.raise_for(response, what)
+        if response.status_code in (401, 403):
+            self.client.raise_for(response, what)  # an auth failure names the credential source
         if response.status_code != status:
+            # A session the registry lost (404) or a chunk it did not take whole (400, 416) after a cut link: the
+            # command's rule, so a caller that can start the blob again (the zstd push) knows it may.
+            response.close()
             raise Failure(f"could not {what} at {self.client.registry.host}: HTTP {response.status_code}",
                           rule=self.rule)
 
