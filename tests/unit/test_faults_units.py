@@ -17,7 +17,7 @@ import pytest
 from xla_images import diskio
 from xla_images.errors import Failure
 from xla_images.model.registry import Registry
-from xla_images.run import engine, locks, publish
+from xla_images.run import build_mutex, engine, publish
 from xla_images.run.publish import RetryPolicy
 
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
@@ -93,8 +93,8 @@ def test_other_push_errors_are_not_pushed_again(flaky, error: str) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from xla_images.run import locks
-with locks.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
+from xla_images.run import build_mutex
+with build_mutex.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))
 """
@@ -112,7 +112,7 @@ def test_a_second_holder_waits_then_gets_the_lock(tmp_path: Path) -> None:
     holder = _holder(tmp_path, "r9.9.9_3.11_cpu", 1.0)
     told: list[str] = []
     started = time.monotonic()
-    with locks.exclusive(["r9.9.9_3.11_cpu"], directory=tmp_path, waiting=told.append):
+    with build_mutex.exclusive(["r9.9.9_3.11_cpu"], directory=tmp_path, waiting=told.append):
         waited = time.monotonic() - started
     holder.wait(timeout=30)
     assert waited > 0.3, "it did not wait for the holder"
@@ -123,20 +123,20 @@ def test_a_lock_held_too_long_is_a_failure_naming_the_holder(tmp_path: Path) -> 
     holder = _holder(tmp_path, "t", 30)
     try:
         with pytest.raises(Failure) as caught:
-            with locks.exclusive(["t"], directory=tmp_path, timeout=0.3):
+            with build_mutex.exclusive(["t"], directory=tmp_path, timeout=0.3):
                 pass
         assert caught.value.rule == "build-lock" and f"pid {holder.pid}" in caught.value.message
     finally:
         holder.kill()
         holder.wait(timeout=30)
-    with locks.exclusive(["t"], directory=tmp_path, timeout=5):  # the kernel released it with the process
+    with build_mutex.exclusive(["t"], directory=tmp_path, timeout=5):  # the kernel released it with the process
         pass
 
 
 def test_other_names_do_not_wait_and_odd_names_stay_in_the_directory(tmp_path: Path) -> None:
     holder = _holder(tmp_path, "a", 30)
     try:
-        with locks.exclusive(["b", "../../etc/x"], directory=tmp_path, timeout=0.5):
+        with build_mutex.exclusive(["b", "../../etc/x"], directory=tmp_path, timeout=0.5):
             pass
     finally:
         holder.kill()
