@@ -109,3 +109,12 @@ def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:
     """xla_images.abi runs alone inside wheel builds and images (stdlib + errors), so it keeps its own copies."""
     assert (abi.CXX11, abi.PRE_CXX11) == (Abi.CXX11.value, Abi.PRE_CXX11.value)
     assert abi.SITE_PACKAGES_GLOBS[0] == f"{names.VENV}/lib/python3.*/site-packages"
+
+
+def test_the_registry_state_layout_is_the_one_ci_registry_sh_writes() -> None:
+    """run.prune finds the registries ci/registry.sh runs by their state files: bash and names.py must agree."""
+    script = (ROOT / "ci" / "registry.sh").read_text(encoding="utf-8")
+    assert f'STATE_DIR="${{{names.STATE_ENV}:-{names.DEFAULT_STATE}}}"' in script
+    assert f'DIR="$STATE_DIR/{names.REGISTRY_STATE_DIR}/$PORT"' in script
+    assert f'CONFIG="$DIR/{names.REGISTRY_CONFIG}"' in script
+    assert f'PID_FILE="$DIR/{names.REGISTRY_PID_FILE}"' in script
