@@ -229,9 +229,11 @@ class TlsRegistry:
         return f"{self.name}:{self.port}"
 
     def start(self, pki: Pki, *, auth: str, htpasswd: Path | None = None, token: TokenServer | None = None,
-              client_cas: bool = False) -> "TlsRegistry":
+              client_cas: bool = False, access_log: bool = False) -> "TlsRegistry":
+        """`access_log`: one combined-format line per request in registry.log (what a test counts requests by)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        lines = ["version: 0.1", "log:", "  level: warn", "  accesslog:", "    disabled: true",
+        lines = ["version: 0.1", "log:", "  level: warn",
+                 "  accesslog:", f"    disabled: {str(not access_log).lower()}",
                  "storage:", "  filesystem:", f"    rootdirectory: {self.directory / 'data'}",
                  "  delete:", "    enabled: true",
                  "http:", f"  addr: 127.0.0.1:{self.port}", "  tls:",

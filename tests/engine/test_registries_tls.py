@@ -172,6 +172,15 @@ def digest_at(session: requests.Session, base: str, repository: str, reference: 
     return None if response.status_code == 404 else response.headers["Docker-Content-Digest"]
 
 
+def layer_types(session: requests.Session, base: str, repository: str, digest: str,
+                headers: dict[str, str] | None = None) -> set[str]:
+    accept = {"Accept": "application/vnd.docker.distribution.manifest.v2+json, "
+                        "application/vnd.oci.image.manifest.v1+json", **(headers or {})}
+    response = session.get(f"{base}/v2/{repository}/manifests/{digest}", headers=accept, timeout=10)
+    response.raise_for_status()
+    return {layer["mediaType"] for layer in response.json()["layers"]}
+
+
 def put_dated_nightly(session: requests.Session, base: str, repository: str, tag: str) -> str:
     """A second, tiny manifest (no layers) under a dated nightly tag: what prune must delete."""
     config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
@@ -203,19 +212,29 @@ def assert_no_secret(client: Client, *roots: Path) -> None:
 
 # --- the whole lifecycle -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("trust", ["certs.d", "bundle"])
-@pytest.mark.parametrize("mode", ["auths", "credsStore", "credHelpers"])
-def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, pki: support.Pki,
+# Every credential source and trust with the default compression (zstd, the toolkit's push), and the engine's
+# gzip push once: the same lifecycle must hold for both layer formats.
+LIFECYCLES = [pytest.param(trust, mode, "zstd", id=f"{mode}-{trust}")
+              for trust in ("certs.d", "bundle") for mode in ("auths", "credsStore", "credHelpers")]
+LIFECYCLES.append(pytest.param("certs.d", "auths", "gzip", id="auths-certs.d-gzip"))
+LAYER_TYPES = {"zstd": {"application/vnd.oci.image.layer.v1.tar+zstd"},
+               "gzip": {"application/vnd.docker.image.rootfs.diff.tar.gzip"}}
+
+
+@pytest.mark.parametrize(("trust", "mode", "compression"), LIFECYCLES)
+def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, compression: str, pki: support.Pki,
                                                      staging: support.TlsRegistry, production: support.TlsRegistry,
                                                      token_server: support.TokenServer,
                                                      cosign_keys: dict[str, Path], tmp_path: Path) -> None:
     project = make_project(tmp_path / "project")
+    with (project.root / "site.yaml").open("a", encoding="utf-8") as site:
+        site.write(f"compression: {{format: {compression}}}\n")
     flavour = project.flavour
     image_id = build_image(tmp_path / "ctx", flavour, (1,))
     client = Client(project, tmp_path, pki, trust)
     client.login(mode, staging.host, STAGE_USER, STAGE_PASSWORD)
     client.login(mode, production.host, PROD_USER, PROD_PASSWORD)
-    repository = f"stage-{mode.lower()}-{trust.replace('.', '')}"
+    repository = f"stage-{mode.lower()}-{trust.replace('.', '')}-{compression}"
     target = f"{staging.host}/{repository}"
     reader = stage_session(staging, pki)
     base = f"https://{staging.host}"
@@ -226,6 +245,7 @@ def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, pki:
         digest = entry["digest"]
         assert {tag: digest_at(reader, base, repository, tag) for tag in flavour.tags} == \
             {tag: digest for tag in flavour.tags}  # tag and aliases, as the registry itself answers
+        assert layer_types(reader, base, repository, digest) == LAYER_TYPES[compression]
 
         assert client("resolve", "--python", "3.11").stdout.strip() == f"{target}@{digest}"
         assert client("resolve", "--python", "3.11", "--registry", target).stdout.strip() == f"{target}@{digest}"
@@ -237,7 +257,7 @@ def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, pki:
         assert attrs is not None and attrs["Id"] == image_id
         assert all(secret not in json.dumps(attrs) for secret in SECRETS)  # labels and all
 
-        destination = f"{production.host}/prod-{mode.lower()}-{trust.replace('.', '')}"
+        destination = f"{production.host}/prod-{mode.lower()}-{trust.replace('.', '')}-{compression}"
         promoted = client("promote", flavour.tag, "--from", target, "--to", destination)
         assert f"{destination}@{digest}" in promoted.stdout
         token = token_server.jwt({"iss": support.ISSUER, "aud": support.SERVICE, "sub": "test", "exp": 2 ** 31,
@@ -250,6 +270,8 @@ def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, pki:
         for tag in flavour.tags:
             assert digest_at(prod_reader, f"https://{production.host}", destination.split("/", 1)[1], tag,
                              {"Authorization": f"Bearer {token}"}) == digest
+        assert layer_types(prod_reader, f"https://{production.host}", destination.split("/", 1)[1], digest,
+                           {"Authorization": f"Bearer {token}"}) == LAYER_TYPES[compression]
 
         client("sign", flavour.tag, "--key", str(cosign_keys["key"]), "--no-sbom")
         verified = client("verify", flavour.tag, "--key", str(cosign_keys["pub"]), "--no-sbom")

@@ -376,10 +376,12 @@ def published_entry(flavour: Any, registry: str) -> publish.Published:
 def test_resolve_workflow_interface(files: dict[Path, str]) -> None:
     workflow = load(files[cigen.RESOLVE_WORKFLOW])
     call = workflow["on"]["workflow_call"]
-    assert {"abi", "python", "torch-xla", "accelerator", "published-json-url", "registry",
+    assert {"abi", "python", "torch-xla", "accelerator", "published-json-url", "registry", "mirror",
             "xla-images-repository", "xla-images-ref"} <= set(call["inputs"])
-    assert call["outputs"]["ref"]["value"] == "${{ jobs.resolve.outputs.ref }}"
-    assert workflow["jobs"]["resolve"]["outputs"]["ref"] == "${{ steps.resolve.outputs.ref }}"
+    assert call["inputs"]["mirror"]["default"] == ""  # optional: no mirror unless asked
+    for output in ("ref", "origin-ref"):
+        assert call["outputs"][output]["value"] == f"${{{{ jobs.resolve.outputs.{output} }}}}"
+        assert workflow["jobs"]["resolve"]["outputs"][output] == f"${{{{ steps.resolve.outputs.{output} }}}}"
     checkout = workflow["jobs"]["resolve"]["steps"][0]
     assert checkout["with"]["repository"] == "${{ inputs.xla-images-repository }}"
     assert checkout["with"]["ref"] == "${{ inputs.xla-images-ref }}"
@@ -390,8 +392,13 @@ def test_example_calls_the_reusable_workflow_and_builds_from_its_output(files: d
     base = workflow["jobs"]["base"]
     assert base["uses"] == f"./.github/workflows/{cigen.RESOLVE_WORKFLOW.name}"
     assert {"abi": "cxx11", "python": "3.11", "torch-xla": "2.9"}.items() <= base["with"].items()
+    assert base["with"]["mirror"] == "${{ inputs.mirror }}"
     image = workflow["jobs"]["image"]
     assert image["needs"] == "base" and image["env"]["BASE"] == "${{ needs.base.outputs.ref }}"
+    # Credentials go to the registry the base was resolved from, never to a mirror that BASE may name.
+    assert image["env"]["ORIGIN_REF"] == "${{ needs.base.outputs.origin-ref }}"
+    login = step(workflow, "image", name="Log in to the base's registry")["run"]
+    assert '"${ORIGIN_REF%%/*}"' in login and "BASE" not in login
     build = step(workflow, "image", name="Build FROM the resolved base")["run"]
     assert build == 'docker build --build-arg "BASE=$BASE" --tag xla-images-downstream:ci examples/downstream'
 
@@ -441,7 +448,7 @@ def run_resolve_step(files: dict[Path, str], tmp_path: Path, **inputs: str) -> t
                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "ABI": "cxx11", "PYTHON": "3.11",
                 # The newest release's minor (2.9 means the newest 2.9.x), whatever the matrix holds.
                 "TORCH_XLA": newest(load_plan(ROOT / "matrix.yaml")).rsplit(".", 1)[0], "ACCELERATOR": "tpu",
-                "PUBLISHED_JSON_URL": "", "REGISTRY": ""})
+                "PUBLISHED_JSON_URL": "", "REGISTRY": "", "MIRROR": ""})
     env.update(inputs)
     result = subprocess.run(["bash", "-e", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
@@ -463,6 +470,27 @@ def test_resolve_step_from_the_registry(files: dict[Path, str], plan: Plan, regi
     code, outputs, log = run_resolve_step(files, tmp_path, REGISTRY=registry, ACCELERATOR="cpu")
     assert code == 0, log
     assert outputs["ref"] == f"{registry}@{digest_of(carrying(plan, 'latest_cpu'))}"
+
+
+def test_resolve_step_through_a_mirror(files: dict[Path, str], plan: Plan, registry: str, tmp_path: Path) -> None:
+    code, outputs, log = run_resolve_step(files, tmp_path, REGISTRY=registry, ACCELERATOR="cpu",
+                                          MIRROR="mirror.zone.internal:5000/cache")
+    assert code == 0, log
+    digest = digest_of(carrying(plan, "latest_cpu"))
+    assert outputs["origin-ref"] == f"{registry}@{digest}"
+    assert outputs["ref"] == f"mirror.zone.internal:5000/cache/{registry.split('/', 1)[1]}@{digest}"
+
+
+def test_resolve_step_without_a_mirror_gives_the_registry_ref_twice(files: dict[Path, str], plan: Plan,
+                                                                    registry: str, tmp_path: Path) -> None:
+    code, outputs, log = run_resolve_step(files, tmp_path, REGISTRY=registry, ACCELERATOR="cpu")
+    assert code == 0, log
+    assert outputs["ref"] == outputs["origin-ref"] == f"{registry}@{digest_of(carrying(plan, 'latest_cpu'))}"
+
+
+def test_resolve_step_refuses_a_bad_mirror(files: dict[Path, str], registry: str, tmp_path: Path) -> None:
+    code, outputs, log = run_resolve_step(files, tmp_path, REGISTRY=registry, MIRROR="https://mirror:5000")
+    assert code == 2 and "mirror-format" in log and "ref" not in outputs and "Traceback" not in log
 
 
 def test_resolve_step_wants_exactly_one_source(files: dict[Path, str], registry: str, tmp_path: Path) -> None:

@@ -71,3 +71,13 @@ def test_set_override_changes_ids_only_where_it_matters() -> None:
     moved = {f["tag"]: f["id"] for f in json.loads(run("list", "--json", "--set", "bases.3.11=x/y:1").stdout)}
     changed = {tag for tag in base if base[tag] != moved[tag]}
     assert changed == {tag for tag in base if "_3.11_" in tag}
+
+
+def test_a_bad_mirror_is_a_usage_error_before_any_registry_is_asked() -> None:
+    # 127.0.0.1:1 answers nothing: reaching it would be exit 1 (registry-reachable) after retries, not exit 2.
+    for command in ("pull", "resolve"):
+        result = run(command, "--registry", "127.0.0.1:1/x", "--mirror", "https://mirror.lan:5000")
+        assert result.returncode == 2 and "[mirror-format]" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    result = run("pull", "--registry", "127.0.0.1:1/x", "--set", "pull_mirror=mirror.lan:5000/")
+    assert result.returncode == 2 and "[site-pull-mirror]" in result.stderr, result.stderr

@@ -67,3 +67,32 @@ def test_bad_wheel_source_specifier() -> None:
     with pytest.raises(ConfigError) as caught:
         load_site(None, ("wheel_sources=[{name: x, match: {torch_xla: 'two point nine'}}]",))
     assert caught.value.rule == "site-wheel-sources"
+
+
+def test_pull_mirror_is_off_by_default_and_set_by_file_or_option(tmp_path: Path) -> None:
+    assert load_site(None).pull_mirror is None
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("pull_mirror: mirror.zone.internal:5000/cache\n", encoding="utf-8")
+    assert load_site(site_file).pull_mirror == "mirror.zone.internal:5000/cache"
+    assert load_site(site_file, ("pull_mirror=127.0.0.1:5001",)).pull_mirror == "127.0.0.1:5001"
+    # `--set pull_mirror=` (empty) turns the site's mirror off; null in a file does too.
+    assert load_site(site_file, ("pull_mirror=",)).pull_mirror is None
+    site_file.write_text("pull_mirror: null\n", encoding="utf-8")
+    assert load_site(site_file).pull_mirror is None
+
+
+@pytest.mark.parametrize("line", ["pull_mirror: https://mirror:5000", "pull_mirror: [a.b:1]", "pull_mirror: 5000",
+                                  "pull_mirror: mirror", "pull_mirror: \"m.lan:1/x y\""])
+def test_a_bad_pull_mirror_names_its_line(tmp_path: Path, line: str) -> None:
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(f"registry: 127.0.0.1:5000/x\n{line}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_site(site_file)
+    assert caught.value.rule == "site-pull-mirror" and caught.value.exit_code == 2
+    assert f"{site_file}:2" in caught.value.render()
+
+
+def test_a_bad_pull_mirror_override_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_site(None, ("pull_mirror=mirror.lan:5000/",))
+    assert caught.value.rule == "site-pull-mirror"

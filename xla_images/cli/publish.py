@@ -10,9 +10,9 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
-from ..model.registry import Registry
+from ..model.registry import Mirror, Registry
 from ..names import PUBLISHED_NAME
-from ..run import engine, publish, registry as registries, resolve as resolving, sign as signing
+from ..run import engine, mirror as mirroring, publish, registry as registries, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, published_option, say, select
 
 
@@ -45,7 +45,7 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
     path = published_path or plan.root / PUBLISHED_NAME
-    done = publish.push_all(flavours, registry, path, progress=say)
+    done = publish.push_all(flavours, registry, path, progress=say, compression=plan.site.compression)
     for entry in done:
         click.echo(f"{entry.tag}\t{entry.ref}\t{' '.join(entry.tags[1:])}")
     say(f"{len(done)} flavour(s) pushed and verified; recorded in {path}")
@@ -58,16 +58,22 @@ def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
                   help="Refuse the image unless a cosign signature by --key covers its exact digest.")
     @click.option("--key", "key_text", metavar="PUB", default=None,
                   help="Public key for --verify, which it implies (default: the site's cosign_public_key).")
+    @click.option("--mirror", "mirror_text", metavar="HOST[:PORT][/PREFIX]", default=None,
+                  help="Pull through this pull-through cache, by digest, after resolving against the registry "
+                       "(default: the site's pull_mirror; `--set pull_mirror=` for none).")
     @flavour_filters
     @plan_options
     @functools.wraps(command)
     def wrapper(*args: Any, plan: Plan, filters: dict[str, str | None], registry_text: str | None,
-                published_path: Path | None, verify: bool, key_text: str | None, **kwargs: Any) -> Any:
+                published_path: Path | None, verify: bool, key_text: str | None, mirror_text: str | None,
+                **kwargs: Any) -> Any:
+        mirror = mirroring.choose(mirror_text, plan.site.pull_mirror)  # a bad value fails before any request
         resolved = _resolve(plan, filters, registry_text, published_path)
         if verify or key_text:
-            # Before anything is printed or pulled: an unverified ref must never reach a build.
+            # Before anything is printed or pulled: an unverified ref must never reach a build. The signature is
+            # checked at the registry the digest was resolved from, never at a mirror.
             signing.verify_ref(resolved.ref, key_text, plan.site.cosign_public_key(), say)
-        return command(*args, resolved=resolved, **kwargs)
+        return command(*args, resolved=resolved, mirror=mirror, **kwargs)
 
     return wrapper
 
@@ -92,25 +98,44 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
 
 @click.command("resolve")
 @_resolve_options
-def resolve(resolved: resolving.Resolved) -> None:
+def resolve(resolved: resolving.Resolved, mirror: Mirror | None) -> None:
     """Print the one `HOST/REPO@sha256:...` that matches the filters.
 
     \b
     From published.json (re-verified against the registry when it answers), or from a registry's tags.
     None or several matches is an error listing the candidates and the filter that tells them apart.
+    With a mirror (--mirror or the site's pull_mirror) the digest is still resolved against the registry, and
+    the same repository and digest at the mirror is printed: `MIRROR[/PREFIX]/REPO@sha256:...`. The mirror is
+    not asked (the host that pulls may reach it where this one does not); the engine checks the digest.
 
     \b
     Examples:
       build.py resolve --abi cxx11 --python 3.11 --torch-xla 2.9 --accelerator cpu
       docker pull "$(build.py resolve --abi cxx11 --python 3.11 --accelerator cpu)"
+      docker pull "$(build.py resolve --mirror mirror.zone.internal:5000 --python 3.11 --accelerator tpu)"
     """
-    click.echo(resolved.ref)
+    if mirror is None:
+        click.echo(resolved.ref)
+        return
+    say(f"resolved {resolved.ref}; through the mirror {mirror}:")
+    click.echo(mirroring.mirror_ref(resolved.ref, mirror))
 
 
 @click.command("pull")
 @_resolve_options
-def pull(resolved: resolving.Resolved) -> None:
-    """Resolve like `resolve`, then pull that image by digest; prints the ref (the image id goes to stderr)."""
+def pull(resolved: resolving.Resolved, mirror: Mirror | None) -> None:
+    """Resolve like `resolve`, then pull that image by digest; prints the ref (the image id goes to stderr).
+
+    \b
+    With a mirror (--mirror or the site's pull_mirror): resolved and verified against the registry, pulled
+    from the mirror by digest, then tagged with the registry's name; prints that local name HOST/REPO:TAG.
+    A mirror that cannot serve the digest is an error (rule mirror-*), never a silent pull from the registry.
+    """
+    if mirror is not None:
+        pulled = mirroring.pull_through(resolved.ref, resolved.tag, mirror, say)
+        say(f"pulled {pulled.mirror_ref} as image {pulled.image_id}, tagged {pulled.local_ref} ({resolved.ref})")
+        click.echo(pulled.local_ref)
+        return
     registry = resolving.registry_of(resolved.ref)
     credentials = registries.load_credentials(registry.host)
     with registries.redacting(credentials):

@@ -1,5 +1,6 @@
 """Where images go: `HOST[:PORT]/REPOSITORY`, the one grammar for site.yaml's `registry` and every --registry,
---from and --to option. Pure: naming a registry asks nothing of it (run.publish does the talking)."""
+--from and --to option; and where they may be pulled from instead: a pull mirror `HOST[:PORT][/PREFIX]` (site
+`pull_mirror`, --mirror). Pure: naming a registry asks nothing of it (run.publish does the talking)."""
 from __future__ import annotations
 
 import ipaddress
@@ -39,6 +40,12 @@ def host_problem(host: str) -> str | None:
     return None
 
 
+def _repository_problem(repository: str) -> str | None:
+    if not all(_REPOSITORY_PART.match(part) for part in repository.split("/")):
+        return f"{repository!r} is not a repository name (lowercase letters, digits, . _ - and /)"
+    return None
+
+
 def registry_problem(text: str) -> str | None:
     """Why `text` does not name a registry repository as Docker reads it, or None when it does."""
     host, sep, repository = text.strip().partition("/")
@@ -47,9 +54,23 @@ def registry_problem(text: str) -> str | None:
     problem = host_problem(host)
     if problem is not None:
         return problem
-    if not all(_REPOSITORY_PART.match(part) for part in repository.split("/")):
-        return f"{repository!r} is not a repository name (lowercase letters, digits, . _ - and /)"
-    return None
+    return _repository_problem(repository)
+
+
+MIRROR_EXAMPLE = "mirror.zone.internal:5000"
+MIRROR_SHAPE = "expected HOST[:PORT] or HOST[:PORT]/PREFIX (no scheme)"
+
+
+def mirror_problem(text: str) -> str | None:
+    """Why `text` is not a pull mirror `HOST[:PORT][/PREFIX]` as Docker reads a registry host, or None."""
+    stripped = text.strip()
+    if not stripped or "://" in stripped or stripped.endswith("/"):
+        return MIRROR_SHAPE
+    host, sep, prefix = stripped.partition("/")
+    problem = host_problem(host)
+    if problem is not None or not sep:
+        return problem
+    return _repository_problem(prefix)
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,37 @@ class Registry:
     def base_url(self) -> str:
         # Docker itself speaks plain http to loopback registries and https to every other one.
         return f"{'http' if _is_loopback(self.host) else 'https'}://{self.host}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A pull-through cache of origin registries: `HOST[:PORT][/PREFIX]`. It serves an origin repository under
+    the same name (after PREFIX, for caches that keep each origin under a path of their own), and anything it
+    serves by digest is what the origin serves by that digest: the engine checks the bytes against it."""
+
+    host: str
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--mirror") -> Mirror:
+        problem = mirror_problem(text)
+        if problem is not None:
+            raise ConfigError(f"bad pull mirror {text!r}: {problem}", location=Location(where),
+                              rule="mirror-format", hint=f"for example {MIRROR_EXAMPLE} or {MIRROR_EXAMPLE}/cache")
+        host, _, prefix = text.strip().partition("/")
+        return cls(host, prefix)
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/{self.prefix}" if self.prefix else self.host
+
+    def registry_for(self, origin: Registry) -> Registry:
+        """The mirror's repository that caches `origin`'s."""
+        repository = f"{self.prefix}/{origin.repository}" if self.prefix else origin.repository
+        return Registry(self.host, repository)
 
     def __str__(self) -> str:
         return self.name

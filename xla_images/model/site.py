@@ -15,11 +15,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from .. import resources, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
+from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
-from .registry import EXAMPLE, SHAPE, registry_problem
+from .registry import EXAMPLE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
 
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key"}
+TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key", "compression",
+            "pull_mirror"}
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
 MATCH_KEYS = {"torch_xla", "abi", "channel"}
@@ -93,6 +95,10 @@ class Site:
     root: Path
     # The public key `resolve --verify` / `pull --verify` check signatures with (a path or cosign key URI).
     cosign_public_key_setting: str | None = None
+    # How `push` compresses layers (model.compression): zstd by the toolkit, or gzip by the engine.
+    compression: Compression = Compression()
+    # The zone's pull-through cache `pull` and `resolve` go through (model.registry.Mirror's text), or None.
+    pull_mirror: str | None = None
 
     def wheel_source_for(self, torch_xla: str, abi: Abi,
                          channel: Channel = Channel.RELEASE) -> WheelSourceRule | None:
@@ -174,7 +180,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
             if error.rule != "yaml-syntax":
                 raise
             value = raw_value  # not YAML: the text itself (validated as a setting below)
-    if head in ("registry", "ca_bundle", "cosign_public_key") or (head == "bases" and rest):
+    if head in ("registry", "ca_bundle", "cosign_public_key", "pull_mirror") or (head == "bases" and rest):
         value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     # Only `bases` is keyed by python version, and those keys contain dots: split once.
     return ((head, rest) if rest else (head,)), value
@@ -233,6 +239,12 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
     if public_key is not None and (not isinstance(public_key, str) or not _PATH.fullmatch(public_key)):
         errors.append(ConfigError("cosign_public_key must be a path to a cosign public key (or a cosign key URI)",
                                   location=where("cosign_public_key"), rule="site-cosign-public-key"))
+    compression = Compression()
+    try:
+        compression = parse_compression(data.get("compression"), where("compression"))
+    except ConfigError as error:
+        errors.append(error)
+    pull_mirror = _pull_mirror(data.get("pull_mirror"), where("pull_mirror"), errors)
     if errors:
         raise ErrorList(errors) if len(errors) > 1 else errors[0]
     return Site(
@@ -242,7 +254,22 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         wheel_sources=tuple(rules),
         root=root,
         cosign_public_key_setting=public_key or None,
+        compression=compression,
+        pull_mirror=pull_mirror,
     )
+
+
+def _pull_mirror(value: Any, where: Location, errors: list[XlaImagesError]) -> str | None:
+    """null or empty (`--set pull_mirror=`): no mirror; else `HOST[:PORT][/PREFIX]` as --mirror takes it."""
+    if value is None or value == "":
+        return None
+    problem = mirror_problem(value) if isinstance(value, str) and _PLAIN.fullmatch(value) else "not a string"
+    if problem is not None:
+        errors.append(ConfigError(f"pull_mirror must be HOST[:PORT] or HOST[:PORT]/PREFIX ({problem})",
+                                  location=where, rule="site-pull-mirror",
+                                  hint=f"for example {MIRROR_EXAMPLE}; empty or null for none"))
+        return None
+    return value.strip()
 
 
 def _bases(value: Any, where, errors: list[XlaImagesError]) -> dict[str, str]:

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable
 
 from .. import diskio, layers, names, userfiles
+from ..cache import cache_dir
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
 from ..model.lockfile import Lock, LockEntry, read_lock
@@ -62,13 +63,6 @@ class WheelFacts:
         if not all(isinstance(value, list) and all(isinstance(item, str) for item in value) for value in fields):
             return None
         return cls(*(tuple(value) for value in fields))
-
-
-def cache_dir() -> Path:
-    configured = os.environ.get("XLA_IMAGES_CACHE")
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xla-images"
 
 
 # --- reading a wheel --------------------------------------------------------------------------------------

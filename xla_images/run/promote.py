@@ -27,10 +27,10 @@ from ..model.registry import Registry
 from ..model.target import Target
 from .publish import Published, read_published, record_published
 from .registry import RegistryClient, answers
+from .registry.upload import DEFAULT_CHUNK, BlobUpload, blob_exists
 
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
                "application/vnd.oci.image.index.v1+json")
-DEFAULT_CHUNK = 16 << 20  # bytes per PATCH of a streamed blob: bounded memory for 5-8 GB images
 Progress = Callable[[str], None]
 
 
@@ -139,8 +139,7 @@ class BlobCopier:
 
     def copy(self, digest: str, size: int, transfer: Transfer) -> None:
         to_repo = self.destination.registry.repository
-        head = self.destination.request("HEAD", f"/v2/{to_repo}/blobs/{digest}")
-        if head.status_code == 200:
+        if blob_exists(self.destination, digest):
             transfer.present += 1
             return
         if self.same_host:
@@ -152,54 +151,34 @@ class BlobCopier:
                 return
             # 202: the registry would not mount (say, no pull right on the source) and opened an upload.
         else:
-            response = self.destination.request("POST", f"/v2/{to_repo}/blobs/uploads/")
-        self._expect(response, 202, f"start the upload of {digest}")
-        transfer.bytes_copied += self._stream(digest, self._location(response))
+            response = None
+        upload = BlobUpload(self.destination, "promote-blob", self.chunk_size).start(response)
+        try:
+            transfer.bytes_copied += self._stream(digest, upload)
+        except BaseException:
+            upload.cancel()
+            raise
         transfer.copied += 1
 
-    def _stream(self, digest: str, location: str) -> int:
+    def _stream(self, digest: str, upload: BlobUpload) -> int:
         source_repo = self.source.registry.repository
         response = self.source.request("GET", f"/v2/{source_repo}/blobs/{digest}", stream=True)
-        self._expect(response, 200, f"read blob {digest} from {self.source.registry}")
-        sha, offset, pending = hashlib.sha256(), 0, bytearray()
+        self.source.raise_for(response, f"read blob {digest} from {self.source.registry}")
+        if response.status_code != 200:
+            response.close()
+            raise Failure(f"could not read blob {digest} from {self.source.registry}: HTTP {response.status_code}",
+                          rule="promote-blob")
+        sha = hashlib.sha256()
         try:
             for piece in response.iter_content(chunk_size=1 << 20):
                 sha.update(piece)
-                pending += piece  # a bytearray grows in place: no quadratic copying of a 16 MB chunk
-                if len(pending) >= self.chunk_size:
-                    location = self._patch(location, bytes(pending), offset)
-                    offset += len(pending)
-                    pending.clear()
+                upload.write(piece)
         finally:
             response.close()
         if "sha256:" + sha.hexdigest() != digest:
             raise Failure(f"blob {digest} read from {self.source.registry} has another sha256", rule="promote-blob",
                           hint="the source registry's storage is corrupt; nothing was tagged at the destination")
-        # The last (or only) piece goes with the closing PUT: a small blob is one monolithic request.
-        done = self.destination.request("PUT", location, params={"digest": digest},
-                                        headers={"Content-Type": "application/octet-stream"}, data=bytes(pending))
-        self._expect(done, 201, f"finish the upload of {digest}")
-        return offset + len(pending)
-
-    def _patch(self, location: str, data: bytes, offset: int) -> str:
-        response = self.destination.request(
-            "PATCH", location, data=data,
-            headers={"Content-Type": "application/octet-stream", "Content-Range": f"{offset}-{offset + len(data) - 1}"})
-        self._expect(response, 202, "upload a chunk")
-        return self._location(response)
-
-    def _location(self, response: Any) -> str:
-        location = response.headers.get("Location")
-        if not location:
-            raise Failure(f"{self.destination.registry.host} opened an upload without a Location", rule="promote-blob")
-        if location.startswith("/"):
-            location = self.destination.base_url + location
-        return str(location)
-
-    def _expect(self, response: Any, status: int, what: str) -> None:
-        self.destination.raise_for(response, what)
-        if response.status_code != status:
-            raise Failure(f"could not {what}: HTTP {response.status_code}", rule="promote-blob")
+        return upload.finish(digest)
 
 
 # --- manifests -------------------------------------------------------------------------------------------

@@ -22,12 +22,13 @@ import tenacity
 
 from .. import diskio
 from ..errors import ConfigError, Failure, Location
+from ..model.compression import Compression
 from ..model.published import Published, is_digest, parse_published, read_published
 from ..model.published import document as published_document
 from ..model.registry import Registry
 from ..model.target import Target
 from ..names import FLAVOUR_ID_LABEL, local_ref
-from . import engine, nightly_check, registry as registries
+from . import engine, nightly_check, registry as registries, zstd_push
 from .registry import (PASSWORD_ENV, RETRIED_STATUSES, USER_ENV, Credentials, RegistryClient, RetryPolicy,
                        load_credentials, redact, redacting)
 
@@ -80,15 +81,19 @@ def transfer_of(diff_ids: list[str], manifest: dict[str, Any], status: dict[str,
 
 def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
                  credentials: Credentials | None, progress: Progress = lambda line: None,
-                 transfers: dict[str, Transfer] | None = None) -> Published:
+                 transfers: dict[str, Transfer] | None = None,
+                 compression: Compression = Compression("gzip", None)) -> Published:
     """Push the flavour's tag, verify it, then each alias; return the verified record.
 
+    gzip layers are the engine's push; zstd layers are the toolkit's (run.zstd_push), in the same order.
     Reports the bytes uploaded vs already present (and records them in `transfers`, when given, by tag).
     """
     image = local_ref(flavour.tag)
     with redacting(credentials):
         labels = _built_labels(flavour, image)
         client.check_reachable()
+        if not compression.by_engine:
+            return _push_zstd(flavour, image, labels, registry, client, compression, progress, transfers)
         auth = credentials.auth_config(registry.host) if credentials else None
         progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)}")
         status: dict[str, str] = {}
@@ -108,6 +113,25 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
             _verify(client, registry, alias, digest)
             progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
     return Published(flavour.tag, flavour.tags, registry.name, digest, labels, flavour.to_json(), _now())
+
+
+def _push_zstd(flavour: Target, image: str, labels: dict[str, str], registry: Registry, client: RegistryClient,
+               compression: Compression, progress: Progress, transfers: dict[str, Transfer] | None) -> Published:
+    progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)} ({compression.describe()} layers)")
+    pushed = zstd_push.push_zstd(image, client, compression, [flavour.tag], progress)
+    transfer = Transfer(sum(layer.size for layer in pushed.layers if layer.uploaded),
+                        sum(layer.size for layer in pushed.layers if not layer.uploaded),
+                        sum(1 for layer in pushed.layers if layer.uploaded),
+                        sum(1 for layer in pushed.layers if not layer.uploaded))
+    if transfers is not None:
+        transfers[flavour.tag] = transfer
+    progress(f"{flavour.tag}: {transfer.describe()}")
+    progress(f"{flavour.tag}: verified {registry.digest_ref(pushed.digest)}")
+    for alias in flavour.aliases:
+        # The same manifest bytes under another tag: nothing is compressed or uploaded again.
+        zstd_push.put_manifest(client, alias, pushed.manifest, pushed.digest)
+        progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
+    return Published(flavour.tag, flavour.tags, registry.name, pushed.digest, labels, flavour.to_json(), _now())
 
 
 def _built_labels(flavour: Target, image: str) -> dict[str, str]:
@@ -229,7 +253,8 @@ def merge_published_parts(parts: list[Path]) -> dict[str, Published]:
 def push_all(flavours: list[Target], registry: Registry, published_path: Path, *,
              retry: RetryPolicy | None = None,
              progress: Progress = lambda line: None,
-             transfers: dict[str, Transfer] | None = None) -> list[Published]:
+             transfers: dict[str, Transfer] | None = None,
+             compression: Compression = Compression("gzip", None)) -> list[Published]:
     """Push flavours one after another; each is recorded as soon as it is verified. Stops at the first failure.
 
     Every image is checked to be built from its flavour's current inputs before anything is pushed, so a
@@ -242,7 +267,7 @@ def push_all(flavours: list[Target], registry: Registry, published_path: Path, *
     client = registries.connect(registry, registries.WRITE, retry=retry)
     done = []
     for flavour in flavours:
-        entry = push_flavour(flavour, registry, client, client.credentials, progress, transfers)
+        entry = push_flavour(flavour, registry, client, client.credentials, progress, transfers, compression)
         record_published(published_path, [entry])
         done.append(entry)
     return done

@@ -102,6 +102,14 @@ def load_credentials(host: str, environ: Mapping[str, str] | None = None,
     return _from_auths(config.get("auths") or {}, host, path)
 
 
+def docker_config_credentials(host: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
+    """`host`'s credentials from the docker config alone, skipping USER_ENV/PASSWORD_ENV: for a host those
+    are not meant for (a pull mirror: the environment's credentials are the origin's)."""
+    environ = os.environ if environ is None else environ
+    return load_credentials(host, {key: value for key, value in environ.items()
+                                   if key not in (USER_ENV, PASSWORD_ENV)})
+
+
 def docker_config_path(environ: Mapping[str, str]) -> Path:
     directory = environ.get("DOCKER_CONFIG")
     return Path(directory) / "config.json" if directory else Path.home() / ".docker" / "config.json"
