@@ -54,6 +54,11 @@ IMAGE_CA = f"{IMAGE_PIP_DIR}/ca.crt"
 # BuildKit secrets (`RUN --mount=type=secret,id=...`) the wheels stage mounts at IMAGE_PIP_DIR/<id> while pip runs.
 PIP_SECRET = "pip.conf"
 CA_SECRET = "ca.crt"
+# The secrets of a context live beside it, in <context>.secrets/ (never inside: BuildKit reads them from there);
+# the classic builder (no secret mounts) finds them inside its context, in xla-secrets/, copied into the wheels
+# stage only (the runtime stage copies layer trees out of it, never these files).
+SECRETS_SUFFIX = ".secrets"
+CLASSIC_SECRETS_DIR = "xla-secrets"
 
 # --- inside the image -----------------------------------------------------------------------------------------
 
@@ -70,3 +75,15 @@ LOCAL_REPOSITORY = os.environ.get("XLA_IMAGES_LOCAL_REPOSITORY", "xla-images")
 def local_ref(tag: str) -> str:
     """`xla-images:<tag>`: the local image `build` leaves under a flavour's tag (or one of its aliases)."""
     return f"{LOCAL_REPOSITORY}:{tag}"
+
+
+# --- this machine's state (ci/engine.sh, ci/registry.sh) ---------------------------------------------------------
+
+# The engine's and registries' data: $XLA_IMAGES_STATE, else /var/lib/xla-images. ci/registry.sh keeps the
+# registry of PORT in <state>/registry/<PORT>/ (config.yml, registry.pid): the same names, written in bash
+# (tests/unit/test_architecture.py holds the two equal).
+STATE_ENV = "XLA_IMAGES_STATE"
+DEFAULT_STATE = "/var/lib/xla-images"
+REGISTRY_STATE_DIR = "registry"
+REGISTRY_CONFIG = "config.yml"
+REGISTRY_PID_FILE = "registry.pid"

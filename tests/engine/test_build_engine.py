@@ -1,4 +1,4 @@
-"""engine.py's build-side functions against the real engine: copying out of images, no engine, leftovers."""
+"""run.engine's build-side functions against the real engine: copying out of images, no engine, leftovers."""
 from __future__ import annotations
 
 import os

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import pytest
 
 from xla_images import names
-from xla_images.run import engine, locks, publish
+from xla_images.run import build_mutex, engine, publish
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"  # conftest.py's: every container of a test image carries it
@@ -91,8 +91,8 @@ def _untag(project) -> None:
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from xla_images.run import locks
-with locks.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
+from xla_images.run import build_mutex
+with build_mutex.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
     print("held", flush=True)
     sys.stdin.read()  # until the test closes our stdin
 """
@@ -109,7 +109,7 @@ def test_a_build_waits_while_another_run_holds_its_flavour(project, session_id, 
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        waiting = _popen(project, "build", flavour.tag, env=_env(**{locks.LOCK_DIR_ENV: str(lock_dir)}))
+        waiting = _popen(project, "build", flavour.tag, env=_env(**{build_mutex.LOCK_DIR_ENV: str(lock_dir)}))
         time.sleep(3)  # ample for a cached build, which takes about a second once it may start
         assert waiting.poll() is None, _finish(waiting)
         assert project.image_id(VERSION) is None  # nothing built or tagged while the lock is held
@@ -133,7 +133,7 @@ def test_two_builds_of_one_flavour_at_once_end_with_one_build_and_the_right_imag
     dangling_images = dangling_since(session_id)
     log = project.root / "reports" / flavour.tag / "build.log"
     log.unlink(missing_ok=True)
-    env = _env(**{locks.LOCK_DIR_ENV: str(tmp_path / "locks")})
+    env = _env(**{build_mutex.LOCK_DIR_ENV: str(tmp_path / "locks")})
 
     runs = [_popen(project, "build", flavour.tag, env=env) for _ in range(2)]
     results = [_finish(run) for run in runs]

@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from faultproxy import Fault, FaultProxy
+from publish_support import PASSWORD, Project, build_image, make_project, registry_named_images
 from registry_process import ACCEPT, REPO, RegistryProcess, free_port, running
-from test_publish_registry import PASSWORD, Project, build_image, make_project, registry_named_images
 from xla_images import names
 from xla_images.run import engine
 

@@ -3,7 +3,7 @@ with a private CA, htpasswd and token auth, a client-certificate registry, crede
 credsStore and in credHelpers; the CA in the engine's certs.d, and again only in an environment-named bundle.
 
 One registry process per configuration, shared by the module; images are FROM-scratch flavours of a
-throw-away matrix (test_publish_registry's), so a whole lifecycle costs seconds. No output, file, label or
+throw-away matrix (publish_support's), so a whole lifecycle costs seconds. No output, file, label or
 published.json may hold a secret.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import requests
 
 import registries_support as support
+from publish_support import build_image, make_project
 from registry_process import REPO, free_port
-from test_publish_registry import build_image, make_project
 from xla_images import names
 from xla_images.run import engine
 

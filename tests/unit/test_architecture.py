@@ -1,7 +1,8 @@
 """The architecture holds: the import-linter contracts in pyproject.toml, and the facts that must be written twice.
 
-`lint-imports` checks the layers (cli > run > generate > model > foundation > names), that only run.engine
-imports docker, and that the smoke suite imports nothing of xla_images. A contract that cannot fail proves
+`lint-imports` checks the layers (cli > run > generate > model > foundation > names), that the cli's command
+modules import none of each other (only cli.common), that only run.engine imports docker, and that the smoke
+suite imports nothing of xla_images. A contract that cannot fail proves
 nothing, so one test runs the very same contracts over a tiny package shaped like xla_images that breaks them.
 """
 from __future__ import annotations
@@ -28,6 +29,10 @@ def lint_imports(cwd: Path, *pythonpath: Path, config: Path | None = None) -> su
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _contract(contract_id: str) -> dict:
+    return next(contract for contract in CONTRACTS["contracts"] if contract["id"] == contract_id)
+
+
 def test_the_import_contracts_hold() -> None:
     result = lint_imports(ROOT, ROOT, ROOT / "smoke", config=ROOT / "pyproject.toml")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -35,12 +40,13 @@ def test_the_import_contracts_hold() -> None:
 
 
 def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> None:
-    """The same contracts over a stand-in xla_images whose model imports run, whose cli imports docker, whose
-    ABI package's reader imports its checker and run, and whose smoke suite imports xla_images: lint-imports must
-    fail and name each import."""
+    """The same contracts over a stand-in xla_images whose model imports run, whose cli imports docker, one of
+    whose commands imports another, whose ABI package's reader imports its checker and run, and whose smoke suite
+    imports xla_images: lint-imports must fail and name each import."""
     package = tmp_path / "xla_images"
     layers = CONTRACTS["contracts"][0]["layers"]
-    run_modules = CONTRACTS["contracts"][1]["layers"][0].split(" : ")
+    run_contract = _contract("engine-bottom-of-run")
+    run_modules = run_contract["layers"][0].split(" : ")
     modules = [name.strip() for layer in layers for name in layer.replace("|", ":").split(":")]
     for name in modules:
         if name in ("cli", "run", "generate", "model", "abi"):
@@ -50,15 +56,19 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
             package.mkdir(exist_ok=True)
             (package / f"{name}.py").write_text("")
     (package / "__init__.py").write_text("")
-    for name in run_modules + [layer.strip() for layer in CONTRACTS["contracts"][1]["layers"][1:]]:
+    for name in run_modules + [layer.strip() for layer in run_contract["layers"][1:]]:
         (package / "run" / f"{name}.py").write_text("")
-    abi_contract = next(contract for contract in CONTRACTS["contracts"] if contract["id"] == "abi-modules")
+    for layer in _contract("cli-commands")["layers"]:
+        for name in layer.split("|"):
+            (package / "cli" / f"{name.strip()}.py").write_text("")
+    abi_contract = _contract("abi-modules")
     for layer in abi_contract["layers"]:
         for name in layer.split(" : "):
             (package / "abi" / f"{name.strip()}.py").write_text("")
     (package / "abi" / "elf.py").write_text("from xla_images.abi import check\nfrom xla_images.run import build\n")
     (package / "model" / "flavour.py").write_text("from xla_images.run import build\n")
     (package / "cli" / "common.py").write_text("import docker\n")
+    (package / "cli" / "test.py").write_text("from xla_images.cli import sbom\n")
     (package / "run" / "engine.py").write_text("from xla_images.run import publish\n")
     (tmp_path / "docker").mkdir()
     (tmp_path / "docker" / "__init__.py").write_text("")
@@ -69,7 +79,8 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     assert result.returncode == 1, result.stdout + result.stderr
     for broken in ("xla_images.model.flavour -> xla_images.run.build", "xla_images.cli.common -> docker",
                    "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names",
-                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.build"):
+                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.build",
+                   "xla_images.cli.test -> xla_images.cli.sbom"):
         assert broken in result.stdout, result.stdout
     assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
 
@@ -98,3 +109,12 @@ def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:
     """xla_images.abi runs alone inside wheel builds and images (stdlib + errors), so it keeps its own copies."""
     assert (abi.CXX11, abi.PRE_CXX11) == (Abi.CXX11.value, Abi.PRE_CXX11.value)
     assert abi.SITE_PACKAGES_GLOBS[0] == f"{names.VENV}/lib/python3.*/site-packages"
+
+
+def test_the_registry_state_layout_is_the_one_ci_registry_sh_writes() -> None:
+    """run.prune finds the registries ci/registry.sh runs by their state files: bash and names.py must agree."""
+    script = (ROOT / "ci" / "registry.sh").read_text(encoding="utf-8")
+    assert f'STATE_DIR="${{{names.STATE_ENV}:-{names.DEFAULT_STATE}}}"' in script
+    assert f'DIR="$STATE_DIR/{names.REGISTRY_STATE_DIR}/$PORT"' in script
+    assert f'CONFIG="$DIR/{names.REGISTRY_CONFIG}"' in script
+    assert f'PID_FILE="$DIR/{names.REGISTRY_PID_FILE}"' in script

@@ -22,7 +22,7 @@ from xla_images.abi.standalone import write_zipapp
 from xla_images.generate import render
 from xla_images.model.flavour import Abi
 
-from test_render import GOLDEN, fixed_flavours, update_golden
+from golden import GOLDEN, fixed_flavours, update_golden
 
 REPO = Path(__file__).resolve().parents[2]
 PRE_CXX11_TAG = "r2.6.0_3.11_tpuvm"

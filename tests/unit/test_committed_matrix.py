@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_render import GOLDEN, update_golden
+from golden import GOLDEN, update_golden
 
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan

@@ -169,7 +169,7 @@ def test_a_command_importing_a_missing_dependency_exits_2(monkeypatch: pytest.Mo
         raise ModuleNotFoundError("No module named 'pytest'", name="pytest")
 
     monkeypatch.setattr(checks, "run", needs_pytest)
-    monkeypatch.setattr("xla_images.cli.test._built_image", lambda flavour: "image")
+    monkeypatch.setattr("xla_images.run.image_tests.require_built", lambda flavour: "image")
     with pytest.raises(SystemExit) as exited:
         main(["test", "latest_cpu", "--checks-only", "--matrix", str(REPO / "matrix.yaml")])
     assert exited.value.code == 2

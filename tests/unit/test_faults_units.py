@@ -1,14 +1,12 @@
 """Error paths behind the fault tests (tests/engine/test_faults_*.py), without an engine: the push retry on a
-transient registry answer, the per-flavour build lock across real processes, atomic writes on a failing disk.
+transient registry answer, atomic writes on a failing disk, a stalled pull, pytest crashing under Ctrl-C.
+The per-flavour build lock across real processes is in test_build_mutex.py.
 """
 from __future__ import annotations
 
 import errno
 import os
 import signal
-import subprocess
-import sys
-import time
 import types
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 from xla_images import diskio
 from xla_images.errors import Failure
 from xla_images.model.registry import Registry
-from xla_images.run import engine, locks, publish
+from xla_images.run import engine, publish
 from xla_images.run.publish import RetryPolicy
 
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
@@ -86,62 +84,6 @@ def test_other_push_errors_are_not_pushed_again(flaky, error: str) -> None:
     with pytest.raises(Failure, match="push of"):
         publish._push_tag("img", REGISTRY, "t", None, lambda line: None, NO_WAIT)
     assert fake.calls == 1 and fake.tags == []
-
-
-# --- the build lock ----------------------------------------------------------------------------------------
-
-HOLD = """
-import sys, time
-from pathlib import Path
-from xla_images.run import locks
-with locks.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
-    print("held", flush=True)
-    time.sleep(float(sys.argv[3]))
-"""
-
-
-def _holder(tmp_path: Path, name: str, seconds: float) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    process = subprocess.Popen([sys.executable, "-c", HOLD, name, str(tmp_path), str(seconds)], env=env,
-                               stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None and process.stdout.readline().strip() == "held"
-    return process
-
-
-def test_a_second_holder_waits_then_gets_the_lock(tmp_path: Path) -> None:
-    holder = _holder(tmp_path, "r9.9.9_3.11_cpu", 1.0)
-    told: list[str] = []
-    started = time.monotonic()
-    with locks.exclusive(["r9.9.9_3.11_cpu"], directory=tmp_path, waiting=told.append):
-        waited = time.monotonic() - started
-    holder.wait(timeout=30)
-    assert waited > 0.3, "it did not wait for the holder"
-    assert told == [f"r9.9.9_3.11_cpu: another build of it is running (pid {holder.pid}); waiting for it to finish"]
-
-
-def test_a_lock_held_too_long_is_a_failure_naming_the_holder(tmp_path: Path) -> None:
-    holder = _holder(tmp_path, "t", 30)
-    try:
-        with pytest.raises(Failure) as caught:
-            with locks.exclusive(["t"], directory=tmp_path, timeout=0.3):
-                pass
-        assert caught.value.rule == "build-lock" and f"pid {holder.pid}" in caught.value.message
-    finally:
-        holder.kill()
-        holder.wait(timeout=30)
-    with locks.exclusive(["t"], directory=tmp_path, timeout=5):  # the kernel released it with the process
-        pass
-
-
-def test_other_names_do_not_wait_and_odd_names_stay_in_the_directory(tmp_path: Path) -> None:
-    holder = _holder(tmp_path, "a", 30)
-    try:
-        with locks.exclusive(["b", "../../etc/x"], directory=tmp_path, timeout=0.5):
-            pass
-    finally:
-        holder.kill()
-        holder.wait(timeout=30)
-    assert sorted(path.name for path in tmp_path.iterdir()) == [".._.._etc_x.lock", "a.lock", "b.lock"]
 
 
 # --- atomic writes on a failing disk ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ replaced by other releases (`pip install --no-deps --target`, cached in $XLA_IMA
 must equal what a fresh python does: import, then call into each extension (an XLA computation,
 `torchvision.ops.nms`, a torchaudio C++ operator); for a predicted mismatch the symbol the loader names must be
 one `check` listed. The mixes and the machinery live in benchmarks/abi_mixes.py, which runs them all and prints
-the table in README; CI runs the mixes marked `ci` (small downloads: torch_xla, torchvision and torchaudio
+the table in docs/abi.md; CI runs the mixes marked `ci` (small downloads: torch_xla, torchvision and torchaudio
 wheels, ~120 MB). Mixes needing another torch (~900 MB wheels each) run with XLA_IMAGES_ABI_MIXES=all.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`base`, `build` and `doctor`: bootstrap base images, build flavour images, check the prerequisites."""
+"""`build`: build flavour images on the Docker engine (run.build), with a live or plain progress display."""
 from __future__ import annotations
 
 import contextlib
@@ -8,58 +8,18 @@ from pathlib import Path
 from typing import Iterator
 
 import click
-from packaging.version import Version
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
 from .. import userfiles
-from ..errors import ConfigError, Failure
+from ..errors import Failure
 from ..generate.plan import Plan
 from ..model.target import Target
-from ..run import base as bases, build as building, doctor as doctoring
+from ..run import build as building
 from .common import flavour_filters, in_ci, plan_options, reports_option, select
 
 FAILURE_TAIL_LINES = 25
-
-
-@click.command("base")
-@click.option("--python", "pythons", multiple=True, metavar="X.Y",
-              help="Bootstrap a base for this python (repeatable). Default: every python of the matrix that "
-                   "Debian can provide.")
-@click.option("--suite", type=click.Choice(sorted({recipe.suite for recipe in bases.RECIPES.values()})),
-              default=None, help="Debian suite (default: the one whose python3 is the python asked for).")
-@click.option("--mirror", metavar="URL", default=None, help="Debian mirror (default: debootstrap's own).")
-@click.option("--force", is_flag=True, help="Bootstrap again even if the base image exists.")
-@plan_options
-def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | None, force: bool) -> None:
-    """Bootstrap `xla-images/base:<python>` from Debian packages, for sites that cannot pull a python image.
-
-    \b
-    debootstrap --variant=minbase, with pythonX.Y, its venv module, libpythonX.Y (the shared library
-    torch_xla's _XLAC links against) and ca-certificates; then imported with the labels
-    io.xla-images.base.python / .suite. `build` uses it for a python whose site base cannot be pulled.
-    Pythons this can bootstrap: 3.11 (bookworm) and 3.13 (trixie): the suites whose python3 they are.
-    Needs root and debootstrap (`ci/engine.sh install`). Takes a minute or two; skipped when the image exists.
-
-    \b
-    Examples:
-      sudo ./build.py base --python 3.11
-      sudo ./build.py base                 # every python of the matrix that Debian provides
-    """
-    if not pythons:
-        matrix_pythons = sorted({flavour.python for flavour in plan.flavours}, key=Version)
-        pythons = tuple(python for python in matrix_pythons if bases.unbuildable_reason(python) is None)
-        for python in matrix_pythons:
-            reason = bases.unbuildable_reason(python)
-            if reason:
-                click.echo(f"python {python}: not bootstrapped: {reason}", err=True)
-        if not pythons:
-            raise ConfigError("no python of the matrix can be bootstrapped here", rule="base-python")
-    for python in pythons:
-        bases.suite_for(python, suite)  # all usage errors before any work
-    for python in pythons:
-        bases.ensure_base(python, suite=suite, mirror=mirror, force=force, say=click.echo)
 
 
 @click.command("build")
@@ -113,39 +73,6 @@ def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jo
         raise Failure(f"{len(failed)} of {len(results)} flavour(s) failed: "
                       f"{', '.join(result.flavour.tag for result in failed)}", rule="build",
                       hint="the log of each is reports/<tag>/build.log")
-
-
-@click.command("doctor")
-@plan_options
-def doctor(plan: Plan) -> None:
-    """Check what building, testing and publishing need, and say how to fix what is missing.
-
-    \b
-    Engine (and its version), registry (site registry's /v2/), a base image per python of the matrix,
-    CA bundle, free disk at the engine's root, debootstrap, shellcheck, hadolint, the optional extras of the
-    install (e.g. 'plot' for `bench --plot`). Exit 1 when a required item is missing.
-    """
-    report = doctoring.diagnose(plan)
-    console = Console()
-    if console.is_terminal and not in_ci():
-        console.print(_doctor_table(report))
-    else:
-        for item in report.items:
-            click.echo(item.plain())
-    missing = report.missing_required()
-    if missing:
-        raise Failure(f"{len(missing)} required item(s) missing: {', '.join(item.name for item in missing)}",
-                      rule="doctor", hint="run the fix command shown for each")
-    click.echo("ready" + (" (some optional items missing)" if report.missing_optional() else ""))
-
-
-def _doctor_table(report: doctoring.Report) -> Table:
-    table = Table("", "check", "state", "fix")
-    marks = {doctoring.Status.OK: "[green]ok[/]", doctoring.Status.WARN: "[yellow]warn[/]",
-             doctoring.Status.MISSING: "[red]missing[/]"}
-    for item in report.items:
-        table.add_row(marks[item.status], item.name, item.detail, item.fix or "")
-    return table
 
 
 # --- display ------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Options and helpers the commands share: --matrix, --site, --set and the plan they load, the flavour filters,
---published, --reports, and `say` for progress lines."""
+--published, --reports, `say` for progress lines and `figure` for table cells."""
 from __future__ import annotations
 
 import functools
@@ -75,6 +75,11 @@ def flavour_filters(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(*args, filters=filters, **kwargs)
 
     return wrapper
+
+
+def figure(value: Any, pattern: str) -> str:
+    """A measured value for a table cell, or "-" when it was not measured."""
+    return "-" if value is None else pattern.format(value)
 
 
 def in_ci() -> bool:

@@ -7,32 +7,9 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
-from ..model import lockfile
-from ..model.target import Target
 from ..names import TAG_LABEL, local_ref
 from ..run import engine, sbom as sboms
 from .common import plan_options, say
-
-
-def flavour_of(plan: Plan, name: str) -> Target | None:
-    """The plan's flavour named by a tag or alias, or whose tag the image's label names."""
-    for flavour in plan.flavours:
-        if name in flavour.tags:
-            return flavour
-    return None
-
-
-def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: sboms.Subject) -> sboms.Sbom:
-    """The SBOM of `image`, with the flavour's lock when it is one of the plan's flavours."""
-    lock = None
-    if flavour is not None and plan.lock_path(flavour).is_file():
-        lock = lockfile.read_lock(plan.lock_path(flavour))
-    made = sboms.generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None)
-    for line in made.notes:
-        say(f"note: {line}")
-    for line in made.mismatches:
-        say(f"warning: {line}")
-    return made
 
 
 @click.command("sbom")
@@ -55,7 +32,7 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
       build.py sbom r2.9.0_3.11_cpu -o sbom.cdx.json
       build.py sbom 127.0.0.1:5000/xla-images@sha256:...
     """
-    flavour = flavour_of(plan, name)
+    flavour = sboms.flavour_of(plan, name)
     image = local_ref(flavour.tag) if flavour is not None else name
     if flavour is None and not any(ch in name for ch in ":/@"):
         raise ConfigError(f"{name!r} is neither a flavour of the matrix nor an image reference",
@@ -63,16 +40,10 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
     subject = sboms.local_subject(image)
     if flavour is None:
         labelled = (engine.images.image_labels(image) or {}).get(TAG_LABEL)
-        flavour = flavour_of(plan, labelled) if labelled else None
-    made = image_sbom(plan, flavour, image, subject)
+        flavour = sboms.flavour_of(plan, labelled) if labelled else None
+    made = sboms.image_sbom(plan, flavour, image, subject, say)
     if output is None:
         click.echo(made.to_json(), nl=False)
         return
     sboms.write(made, output)
     say(f"SBOM of {subject.ref}: {len(made.bom.components)} components, written to {output}")
-
-
-def write_report(plan: Plan, flavour: Target, image: str, directory: Path) -> Path:
-    """reports/<tag>/sbom.cdx.json of a built image (what `build.py test` leaves beside checks.json)."""
-    made = image_sbom(plan, flavour, image, sboms.local_subject(image))
-    return sboms.write(made, directory / sboms.SBOM_NAME)

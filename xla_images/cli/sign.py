@@ -10,7 +10,6 @@ from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
 from ..run import publish, sbom as sboms, sign as signing
 from .common import flavour_filters, plan_options, published_option, reports_option, say, select
-from .sbom import flavour_of, image_sbom
 
 
 def _entries(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None],
@@ -67,7 +66,7 @@ def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key
         registry, _, digest = entry.ref.partition("@")
         subject = sboms.Subject(name=registry, image_id=str(sboms.local_subject(image).image_id), tag=entry.tag,
                                 digest=digest)
-        return sboms.write(image_sbom(plan, flavour_of(plan, entry.tag), image, subject),
+        return sboms.write(sboms.image_sbom(plan, sboms.flavour_of(plan, entry.tag), image, subject, say),
                            root / entry.tag / sboms.SBOM_NAME)
 
     done = signing.sign_published(entries, key, sbom_for=sbom_for if with_sbom else None, say=say)

@@ -27,8 +27,8 @@ TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
 # The parameters of one wheel build (wheel-builds/<build>.env), read by the static wheel-builds/build-wheels.sh.
 WHEEL_BUILD_TEMPLATE = "wheel-build.env.j2"
 RENDER_COMMAND = "./build.py render"
-# build-wheels.sh checks its wheels with xla_images/abi.py, which needs pyelftools (the version pyproject pins);
-# its parameter files name it.
+# build-wheels.sh checks its wheels with the xla_images/abi package, which needs pyelftools (the version pyproject
+# pins); its parameter files name it.
 PYELFTOOLS_PIN = "pyelftools==0.33"
 
 

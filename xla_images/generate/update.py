@@ -130,7 +130,7 @@ def edit_matrix(text: str, shown: str, decisions: list[Decision]) -> Edit:
         releases = doc.data.get("releases") if isinstance(doc.data, dict) else None
         if not isinstance(releases, dict) or not releases:
             raise ConfigError("the matrix has no `releases` mapping to add to", location=Location(shown),
-                              rule=RULE, hint="add the first release by hand (README 'Matrix reference')")
+                              rule=RULE, hint="add the first release by hand (docs/matrix.md)")
         releases_line = doc.lines[("releases",)] - 1
         if lines[releases_line].split(":", 1)[1].strip().startswith("{"):
             raise ConfigError("releases is a flow mapping (`{...}`), so it cannot be edited in place",

@@ -97,7 +97,7 @@ def expand(doc: yamlsrc.YamlDoc) -> list[Flavour]:
     data = doc.data
     if not isinstance(data, dict):
         errors.error((), "the matrix must be a mapping with `releases`", "schema-type",
-                     "start from the matrix.yaml in the repository; see README 'Matrix reference'")
+                     "start from the matrix.yaml in the repository; see docs/matrix.md")
         errors.raise_if_any()
     _check_keys(errors, data, (), TOP_KEYS, "top level")
     _check_schema_version(errors, data)
@@ -299,7 +299,7 @@ def _check_default_abi(errors: _Collector, keys: KeyPath, settings: dict, defaul
     """A default_abi written in a section must be among the abis that section builds.
 
     It decides which flavour has no ABI word in its tag and carries `latest`. An inherited default with a
-    release's own `abis` stays allowed: that is how a release builds only its other ABI (README, flavour table).
+    release's own `abis` stays allowed: that is how a release builds only its other ABI (docs/matrix.md, the flavour table).
     """
     if default_abi is None or not abis or default_abi in abis or "default_abi" not in settings:
         return

@@ -35,7 +35,7 @@ from ..generate.plan import Plan
 from ..generate.sync import LockState, lock_status
 from ..model.target import Target
 from ..names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
-from . import base as bases, engine, locks
+from . import base as bases, build_mutex, engine
 from .context import context_secrets, prepare_classic_context, write_context
 
 BUILD_LOG = "build.log"
@@ -48,6 +48,14 @@ def built_image_id(flavour: Target) -> str | None:
         return None
     labels = (attrs.get("Config") or {}).get("Labels") or {}
     return str(attrs["Id"]) if flavour.id and labels.get(FLAVOUR_ID_LABEL) == flavour.id else None
+
+
+def require_built(flavour: Target) -> str:
+    """`xla-images:<tag>` of a flavour that must be on the engine (what `test` and `bench` run), else a Failure."""
+    image = local_ref(flavour.tag)
+    if engine.images.image_labels(image) is None:
+        raise Failure(f"{image} is not built", rule="image-built", hint=f"build it: `build.py build {flavour.tag}`")
+    return image
 
 
 class Outcome(str, enum.Enum):
@@ -157,8 +165,8 @@ def build_flavours(plan: Plan, flavours: list[Target], options: BuildOptions,
     """
     if options.ca_bundle is not None:
         plan = with_ca_bundle(plan, options.ca_bundle)
-    # One run per flavour at a time: a second waits, then finds the first's image up to date (locks.py).
-    with locks.exclusive([flavour.tag for flavour in flavours], waiting=reporter.notice):
+    # One run per flavour at a time: a second waits, then finds the first's image up to date (run/build_mutex.py).
+    with build_mutex.exclusive([flavour.tag for flavour in flavours], waiting=reporter.notice):
         return _Run(plan, options, reporter).execute(flavours)
 
 

@@ -27,15 +27,11 @@ from ..generate.plan import Plan
 from ..model.lockfile import read_lock
 from ..model.site import WheelSource
 from ..model.target import Target
-from ..names import (CA_SECRET, CONTEXT_WHEELHOUSE, DOCKERFILE, IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET,
-                     SPLIT_SCRIPT)
+from ..names import (CA_SECRET, CLASSIC_SECRETS_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, IMAGE_CA, IMAGE_WHEELHOUSE,
+                     LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX, SPLIT_SCRIPT)
 from .wheels import wheel_dirs, wheels_for
 
 KEEP_FILE = ".keep"
-SECRETS_SUFFIX = ".secrets"
-# Where the classic builder (no secret mounts) finds the secrets: inside its context, copied into the wheels
-# stage only (the runtime stage copies layer trees out of it, never these files).
-CLASSIC_SECRETS_DIR = "xla-secrets"
 
 
 def pip_conf(source: WheelSource, ca: bool, wheelhouse: bool, offline: bool = False) -> str:

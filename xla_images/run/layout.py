@@ -261,5 +261,5 @@ def require_clean(results: Iterable[LayoutResult]) -> None:
         lines = [f"{result.tag}: {problem}" for result in broken for problem in result.problems[:10]]
         raise Failure(f"{len(broken)} flavour(s) would build layers that do not apply cleanly:\n  "
                       + "\n  ".join(lines), rule="layer-layout",
-                      hint="a wheel changes the type of a path another layer holds; see README "
+                      hint="a wheel changes the type of a path another layer holds; see docs/images.md, "
                            "\"Layers that flavours share\"")

@@ -31,6 +31,7 @@ import yaml
 from .. import resources, userfiles
 from ..errors import ConfigError, Failure, Location
 from ..model.registry import Registry
+from ..names import DEFAULT_STATE, REGISTRY_CONFIG, REGISTRY_PID_FILE, REGISTRY_STATE_DIR, STATE_ENV
 from .publish import read_published
 from .registry import RegistryClient
 
@@ -39,7 +40,6 @@ PROTECT_TAG_PREFIX = "protected-"
 DIGEST_IN_TEXT = re.compile(r"(?:^|@)(sha256:[0-9a-f]{64})$")
 # cosign keeps an image's signature, attestations and attached SBOM under tags named after its digest.
 COSIGN_SUFFIXES = (".sig", ".att", ".sbom")
-DEFAULT_STATE = "/var/lib/xla-images"
 # Bounds of the options: a century of nightlies; beyond it `today - days` leaves the calendar (OverflowError).
 MAX_AGE_DAYS = 36_500
 MAX_KEEP = 100_000
@@ -199,9 +199,9 @@ def local_registry(registry: Registry, state: Path | None = None) -> LocalRegist
     host, _, port = registry.host.rpartition(":")
     if host not in ("127.0.0.1", "localhost") or not port.isdigit():
         return None
-    state = state or Path(os.environ.get("XLA_IMAGES_STATE", DEFAULT_STATE))
-    directory = state / "registry" / port
-    config, pid_file = directory / "config.yml", directory / "registry.pid"
+    state = state or Path(os.environ.get(STATE_ENV, DEFAULT_STATE))
+    directory = state / REGISTRY_STATE_DIR / port
+    config, pid_file = directory / REGISTRY_CONFIG, directory / REGISTRY_PID_FILE
     if not config.is_file() or not pid_file.is_file() or not _alive(pid_file):
         return None
     try:
@@ -252,7 +252,7 @@ def garbage_collect(local: LocalRegistry, progress: Progress, runner: Callable[.
                     = subprocess.run) -> Collected:
     """Stop the registry, `garbage-collect --delete-untagged`, start it again (also when collection fails)."""
     before = count_blobs(local)
-    env = {**os.environ, "PORT": str(local.port), "XLA_IMAGES_STATE": str(local.state)}
+    env = {**os.environ, "PORT": str(local.port), STATE_ENV: str(local.state)}
     _script(runner, "stop", env)
     try:
         progress(f"docker-registry garbage-collect --delete-untagged {local.config}")

@@ -18,7 +18,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom
@@ -30,7 +30,10 @@ from packaging.utils import canonicalize_name
 
 from .. import diskio
 from ..errors import Failure
+from ..generate.plan import Plan
+from ..model import lockfile
 from ..model.lockfile import Lock
+from ..model.target import Target
 from ..names import DISTRIBUTION, VENV
 from . import engine
 
@@ -290,6 +293,35 @@ def write(sbom: Sbom, path: Path) -> Path:
     # written through), removed on any failure or Ctrl-C.
     diskio.write_text_atomic(path, sbom.to_json(), "the SBOM", shared=True)
     return path
+
+
+def flavour_of(plan: Plan, name: str) -> Target | None:
+    """The plan's flavour named by a tag or alias, else None."""
+    for flavour in plan.flavours:
+        if name in flavour.tags:
+            return flavour
+    return None
+
+
+def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: Subject,
+               say: Callable[[str], None]) -> Sbom:
+    """The SBOM of `image`, with the flavour's lock when it is one of the plan's flavours; notes and mismatches
+    are said, not raised: a locked package the image lacks is a warning."""
+    lock = None
+    if flavour is not None and plan.lock_path(flavour).is_file():
+        lock = lockfile.read_lock(plan.lock_path(flavour))
+    made = generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None)
+    for line in made.notes:
+        say(f"note: {line}")
+    for line in made.mismatches:
+        say(f"warning: {line}")
+    return made
+
+
+def write_report(plan: Plan, flavour: Target, image: str, directory: Path, say: Callable[[str], None]) -> Path:
+    """reports/<tag>/sbom.cdx.json of a built image (what `build.py test` leaves beside checks.json)."""
+    made = image_sbom(plan, flavour, image, local_subject(image), say)
+    return write(made, directory / SBOM_NAME)
 
 
 def local_subject(image: str) -> Subject:

@@ -1,56 +1,21 @@
-"""Pure logic of the lifecycle: nightly tags and validation, the nightly version gate, keep/age selection,
-protect files, promotion's bookkeeping and its error paths (a stand-in client only for those)."""
+"""The nightly channel's pure logic: nightly tags and validation, the lock naming the night, the version gate
+(run.nightly_check), and `lock` picking the newest night."""
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import json
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from xla_images import yamlsrc
 from xla_images.errors import ConfigError, ErrorList, Failure
 from xla_images.generate import sync
 from xla_images.model import lockfile, nightly
-from xla_images.model.flavour import Abi, Accelerator, dev_base, dev_date, nightly_specifier
-from xla_images.model.matrix import expand
-from xla_images.model.registry import Registry
+from xla_images.model.flavour import Abi, dev_base, dev_date, nightly_specifier
 from xla_images.model.site import load_site
-from xla_images.model.target import bind
-from xla_images.run import nightly_check, promote, prune, wheels
-from xla_images.run.publish import Published, RegistryClient, read_published, record_published
+from xla_images.run import nightly_check, wheels
 
-NIGHTLY = """\
-schema: 1
-defaults:
-  pythons: ["3.11"]
-  accelerators: [tpu, cpu]
-  latest_python: "3.11"
-releases:
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
-  "2.10.0":
-    channel: nightly
-    torch: "2.10.0"
-    pytorch_git_rev: nightly
-    xla_git_rev: master
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
-"""
-NIGHTLY_SOURCE = ("wheel_sources=[{name: nightly, match: {channel: nightly}, find_links: "
-                  "[https://wheels.example/nightly]}, {name: default, match: {torch_xla: '>=2.7', abi: cxx11}}]")
-
-
-def flavours(text: str = NIGHTLY, overrides: tuple[str, ...] = (NIGHTLY_SOURCE,)):
-    return bind(expand(yamlsrc.loads(textwrap.dedent(text), "m.yaml")), load_site(None, overrides))
+from lifecycle_data import NIGHTLY, NIGHTLY_SOURCE, flavours
 
 
 def errors(text: str, overrides: tuple[str, ...] = (NIGHTLY_SOURCE,)) -> list:
@@ -209,170 +174,6 @@ def test_an_unpinned_nightly_is_refused_before_push() -> None:
     with pytest.raises(Failure) as caught:
         nightly_check.verify_image(cpu, "xla-images:nightly_3.11_cpu")
     assert caught.value.rule == "nightly-versions" and "build.py lock" in caught.value.hint
-
-
-# --- prune: keep / age -----------------------------------------------------------------------------------
-
-TODAY = datetime.date(2026, 12, 3)
-
-
-def digest(n: int) -> str:
-    return f"sha256:{n:064x}"
-
-
-def test_keep_the_newest_n_and_delete_only_what_is_old() -> None:
-    tags = {f"nightly_3.11_cpu_202611{day:02d}": digest(day) for day in range(1, 31)}
-    tags |= {"nightly_3.11_cpu": digest(30), "r2.9.0_3.11_cpu": digest(100), "nightly_3.11_tpuvm_20200101": digest(101)}
-    plan = prune.plan_prune(tags, keep=3, older_than_days=10, protected={}, today=TODAY)
-    deleted = set(plan.deleted_tags)
-    # Keep 28, 29, 30 (newest); 23..27 are within 10 days (cutoff 2026-11-23); 1..22 go. The tpu series'
-    # single night is its newest: kept. Non-dated tags are never candidates.
-    assert deleted == {f"nightly_3.11_cpu_202611{day:02d}" for day in range(1, 23)}
-    assert plan.doomed_digests == sorted(digest(day) for day in range(1, 23))
-
-
-def test_protected_and_still_tagged_digests_are_spared() -> None:
-    tags = {"nightly_3.11_cpu_20200101": digest(1), "nightly_3.11_cpu_20200102": digest(2),
-            "nightly_3.11_cpu_20200103": digest(3), "nightly_3.11_cpu_20200104": digest(4),
-            "r2.9.0_3.11_cpu": digest(2)}
-    plan = prune.plan_prune(tags, keep=1, older_than_days=0, protected={digest(3): "named in f"}, today=TODAY)
-    reasons = {d.tag: d.reason for d in plan.decisions}
-    assert plan.deleted_tags == ["nightly_3.11_cpu_20200101"]
-    assert "also tagged r2.9.0_3.11_cpu" in reasons["nightly_3.11_cpu_20200102"]
-    assert "protected" in reasons["nightly_3.11_cpu_20200103"]
-    assert "newest" in reasons["nightly_3.11_cpu_20200104"]
-
-
-def test_keep_zero_and_age_zero_deletes_every_dated_tag_but_not_others() -> None:
-    tags = {"nightly_3.11_cpu_20261202": digest(1), "nightly_3.11_cpu_20261399": digest(2), "latest": digest(3)}
-    plan = prune.plan_prune(tags, keep=0, older_than_days=0, protected={}, today=TODAY)
-    assert plan.deleted_tags == ["nightly_3.11_cpu_20261202"]  # 20261399 is no date: not ours to judge
-
-
-def test_negative_options_are_config_errors() -> None:
-    with pytest.raises(ConfigError):
-        prune.plan_prune({}, keep=-1, older_than_days=1, protected={}, today=TODAY)
-
-
-# --- prune: protect files --------------------------------------------------------------------------------
-
-def test_protect_file_lines(tmp_path: Path) -> None:
-    path = tmp_path / "protect.txt"
-    path.write_text(f"# resolved by downstream CI\n{digest(1)}\n\nreg.example:5000/ml/xla@{digest(2)}  # prod\n")
-    assert prune.parse_protect(path) == {digest(1), digest(2)}
-
-
-@pytest.mark.parametrize("bad", ["latest", f"{digest(1)} extra", "sha256:abc", f"reg/x:tag@{digest(1)[:-1]}"])
-def test_a_bad_protect_line_names_file_and_line(tmp_path: Path, bad: str) -> None:
-    path = tmp_path / "protect.txt"
-    path.write_text(f"{digest(1)}\n{bad}\n")
-    with pytest.raises(ConfigError) as caught:
-        prune.parse_protect(path)
-    assert caught.value.rule == "protect-format" and str(caught.value.location) == f"{path}:2"
-
-
-def test_a_missing_protect_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
-        prune.parse_protect(tmp_path / "absent.txt")
-    assert caught.value.rule == "file-exists"  # the bounded reader names it, like every input file
-
-
-def entry(tag: str, n: int, promotions: tuple = ()) -> Published:
-    return Published(tag, (tag,), "reg.example/xla", digest(n), {}, {}, "", promotions)
-
-
-def test_published_digests_and_promotions_are_protected(tmp_path: Path) -> None:
-    path = tmp_path / "published.json"
-    copy = {"registry": "prod.example/xla", "digest": digest(9), "ref": f"prod.example/xla@{digest(9)}",
-            "from": f"reg.example/xla@{digest(1)}", "promoted_at": ""}
-    record_published(path, [entry("a", 1, (copy,)), entry("b", 2)])
-    assert prune.parse_protect(path) == {digest(1), digest(9), digest(2)}  # a published.json works as --protect
-    why = prune.protected_digests(path, [])
-    assert set(why) == {digest(1), digest(9), digest(2)} and "published.json (a)" in why[digest(9)]
-
-
-def test_a_new_push_keeps_the_promotions_already_recorded(tmp_path: Path) -> None:
-    path = tmp_path / "published.json"
-    copy = {"registry": "prod.example/xla", "digest": digest(9), "ref": "r", "from": "f", "promoted_at": ""}
-    record_published(path, [entry("a", 1, (copy,))])
-    record_published(path, [entry("a", 2)])
-    (again,) = read_published(path).values()
-    assert again.digest == digest(2) and again.promotions == (copy,)
-    assert json.loads(path.read_text())["flavours"]["a"]["promotions"] == [copy]
-
-
-# --- prune: is the registry ours -------------------------------------------------------------------------
-
-def test_local_registry_detection(tmp_path: Path) -> None:
-    directory = tmp_path / "registry" / "5031"
-    directory.mkdir(parents=True)
-    assert prune.local_registry(Registry.parse("127.0.0.1:5031/x"), tmp_path) is None  # no config
-    (directory / "config.yml").write_text(f"storage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n")
-    (directory / "registry.pid").write_text("999999999\n")
-    assert prune.local_registry(Registry.parse("127.0.0.1:5031/x"), tmp_path) is None  # not running
-    (directory / "registry.pid").write_text(f"{os.getpid()}\n")
-    found = prune.local_registry(Registry.parse("127.0.0.1:5031/x"), tmp_path)
-    assert found is not None and found.data == tmp_path / "data" and found.port == 5031
-    assert prune.local_registry(Registry.parse("registry.example:5031/x"), tmp_path) is None  # not loopback
-
-
-# --- promote ---------------------------------------------------------------------------------------------
-
-def test_blobs_of_a_manifest_skip_foreign_layers() -> None:
-    manifest = {"config": {"digest": digest(1), "size": 10},
-                "layers": [{"digest": digest(2), "size": 20}, {"digest": digest(3), "size": 30, "urls": ["x"]}]}
-    assert promote.blobs_of(manifest) == [(digest(1), 10), (digest(2), 20)]
-
-
-class NoSuchTags(RegistryClient):
-    """A source that answers but holds only `present` (error paths only; the real flows use registries)."""
-
-    def __init__(self, present: dict[str, str]) -> None:
-        super().__init__(Registry.parse("127.0.0.1:5039/stage"))
-        self.present = present
-
-    def check_reachable(self) -> None:
-        return None
-
-    def manifest_digest(self, reference: str) -> str | None:
-        return self.present.get(reference)
-
-
-def test_every_missing_flavour_is_named_before_anything_is_copied() -> None:
-    found = flavours()
-    source = NoSuchTags({})
-    with pytest.raises(Failure) as caught:
-        promote.find_at_source(found[:2], source)
-    assert caught.value.rule == "promote-source"
-    assert all(flavour.tag in caught.value.message for flavour in found[:2])
-
-
-def test_tags_that_disagree_at_the_source_are_refused() -> None:
-    release = next(f for f in flavours() if f.tag == "r2.9.0_3.11_cpu")
-    present = {tag: digest(1) for tag in release.tags} | {release.aliases[0]: digest(2)}
-    with pytest.raises(Failure) as caught:
-        promote.find_at_source([release], NoSuchTags(present))
-    assert "different manifests" in caught.value.message
-
-
-def test_promoting_onto_itself_is_refused(tmp_path: Path) -> None:
-    client = NoSuchTags({})
-    with pytest.raises(Failure) as caught:
-        promote.promote([], client, client, tmp_path / "published.json")
-    assert "both" in caught.value.message
-
-
-def test_transfer_adds_up() -> None:
-    total = promote.Transfer()
-    total.add(promote.Transfer(mounted=1, bytes_mounted=5))
-    total.add(dataclasses.replace(promote.Transfer(), copied=2, bytes_copied=7))
-    assert total.to_json() == {"mounted": 1, "copied": 2, "present": 0, "bytes_mounted": 5, "bytes_copied": 7,
-                               "manifests": 0}
-
-
-def test_accelerators_of_the_nightly_are_both_there() -> None:
-    nightlies = [f for f in flavours() if f.is_nightly]
-    assert {f.accelerator for f in nightlies} == {Accelerator.TPU, Accelerator.CPU}
 
 
 # --- nightly: `lock` picks the newest night (pip, local files only) --------------------------------------
