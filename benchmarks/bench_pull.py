@@ -108,7 +108,8 @@ class PullEngine:
         config.write_text(json.dumps({"features": {"containerd-snapshotter": store == "containerd"}}))
         args = (f"--data-root {self.state}/data-{store} --exec-root {self.state}/exec --bridge {BRIDGE} "
                 f"--iptables=false --ip-masq=false --config-file {config}")
-        return {"XLA_IMAGES_STATE": str(self.state), "DOCKER_HOST": self.socket, "ENGINE_DOCKERD_ARGS": args}
+        return {"XLA_IMAGES_STATE": str(self.state), "DOCKER_HOST": self.socket, "ENGINE_DOCKERD_ARGS": args,
+                "ENGINE_STORAGE_DRIVER": "overlayfs" if store == "containerd" else "overlay2"}
 
     def use(self, pigz: bool, store: str = "classic") -> None:
         if self.mode == (pigz, store):

@@ -23,7 +23,9 @@
 # with the `lower` chains of those directories: a layer built on such a copy still reads through it.
 #
 # Every command is idempotent. State (pid file, log) lives under ${XLA_IMAGES_STATE:-/var/lib/xla-images}.
-# Environment: XLA_IMAGES_STATE; ENGINE_TIMEOUT (seconds to wait for start/stop, default 60); DOCKER_HOST
+# Environment: XLA_IMAGES_STATE; ENGINE_TIMEOUT (seconds to wait for start/stop, default 60); ENGINE_STORAGE_DRIVER
+# (default overlay2, the classic image store; `overlayfs` is containerd's snapshotter, for a dockerd whose
+# --config-file turns on "features": {"containerd-snapshotter": true} with containerd 1.7+); DOCKER_HOST
 # (a unix:// socket, default unix:///var/run/docker.sock); ENGINE_DOCKERD_ARGS (extra dockerd options, e.g.
 # a second engine beside the first, with XLA_IMAGES_STATE and DOCKER_HOST of its own: "--data-root DIR --exec-root
 # DIR --bridge BR --iptables=false" with BR a bridge of its own made first with `ip link add BR type bridge`. Not
@@ -152,7 +154,7 @@ start() {
     # Only the unix socket: no TCP listener. Published container ports default to loopback too.
     setsid nohup dockerd \
         --host "$SOCKET" \
-        --storage-driver overlay2 \
+        --storage-driver "${ENGINE_STORAGE_DRIVER:-overlay2}" \
         --exec-opt native.cgroupdriver=cgroupfs \
         --ip 127.0.0.1 \
         --pidfile "$PID_FILE" \
