@@ -26,13 +26,14 @@ from typing import Callable, Iterator
 
 import plain_install as plain_install_module
 import pytest
+from reporters import RecordingReporter
 
 from xla_images import names
 from xla_images.errors import Failure
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
-from xla_images.run import base, build, engine, wheels
+from xla_images.run import base, engine, wheels
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"
@@ -106,7 +107,7 @@ def remove_session_images(session_id: str) -> None:
 
 
 @pytest.fixture
-def reporter() -> "RecordingReporter":
+def reporter() -> RecordingReporter:
     return RecordingReporter()
 
 
@@ -312,27 +313,6 @@ def _matrix(versions: tuple[str, ...], accelerators: tuple[str, ...] = ("cpu",))
           latest_python: none
         releases:
         """).replace("ACCELERATORS", ", ".join(accelerators)) + releases
-
-
-class RecordingReporter:
-    """A Reporter that keeps what it is told (the CLI's displays are exercised by the CLI tests)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
-        self.states: list[tuple[str, str]] = []
-        self.results: list[build.FlavourResult] = []
-
-    def state(self, flavour: Flavour, text: str) -> None:
-        self.states.append((flavour.tag, text))
-
-    def line(self, flavour: Flavour, text: str) -> None:
-        self.lines.append((flavour.tag, text))
-
-    def finished(self, result: build.FlavourResult) -> None:
-        self.results.append(result)
-
-    def notice(self, text: str) -> None:
-        self.lines.append(("", text))
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,12 @@ Everything created here is removed by the fixtures' finalizers: processes by pid
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -28,12 +30,16 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 import requests
+
+from registry_process import REPO
 
 HOSTS = Path("/etc/hosts")
 ENGINE_CERTS_D = Path("/etc/docker/certs.d")
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HELPER_NAME = "xlatest"
+KEY_PASSWORD = "key-" + os.urandom(8).hex()  # the cosign key's, for the signing steps of a Client
 
 
 def openssl(*args: str, cwd: Path) -> None:
@@ -75,6 +81,22 @@ class Pki:
 
 
 # --- /etc/hosts and certs.d ----------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def session_pki(tmp_path_factory: pytest.TempPathFactory, who: str) -> Iterator[Pki]:
+    """A CA and a server certificate for this session's registry name, the name in /etc/hosts while it lasts.
+    Root only (the hosts file and the engine's certs.d are root's): without root, a failure in CI, else a skip."""
+    if os.geteuid() != 0:
+        message = f"{who} edit /etc/hosts and /etc/docker/certs.d: root is needed"
+        pytest.fail(message) if os.environ.get("CI", "").lower() in ("1", "true", "yes") else pytest.skip(message)
+    name = session_name()
+    made = Pki(tmp_path_factory.mktemp("pki"), name).make()
+    add_host(name)
+    try:
+        yield made
+    finally:
+        remove_host(name)
+
 
 def session_name() -> str:
     """A registry name of this session: resolvable only through the hosts line added for it."""
@@ -345,3 +367,44 @@ def iter_texts(root: Path) -> Iterator[tuple[Path, str]]:
     for path in root.rglob("*"):
         if path.is_file() and path.stat().st_size < (8 << 20):
             yield path, path.read_text(errors="replace")
+
+class Client:
+    """The CLI with a user's environment: a docker config, the helper on PATH, and the chosen trust."""
+
+    def __init__(self, project, tmp_path: Path, pki: Pki, trust: str) -> None:  # type: ignore[no-untyped-def]
+        self.project = project
+        self.config_dir = tmp_path / "docker-config"
+        self.bin = tmp_path / "bin"
+        self.outputs: list[str] = []
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("XLA_IMAGES_REGISTRY_USER", "XLA_IMAGES_REGISTRY_PASSWORD")}
+        env.update({"CI": "true", "DOCKER_CONFIG": str(self.config_dir), "COSIGN_PASSWORD": KEY_PASSWORD,
+                    "PATH": f"{self.bin}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(REPO)})
+        if trust == "bundle":
+            # The CA only in a bundle the environment names; the toolkit's certs.d is empty (the engine keeps its
+            # own certs.d: it is not what this case tests, and /etc/ssl is not ours to edit).
+            bundle = tmp_path / "bundle.pem"
+            bundle.write_bytes(SYSTEM_BUNDLE.read_bytes() + b"\n" + pki.ca.read_bytes())
+            empty = tmp_path / "no-certs.d"
+            empty.mkdir()
+            env.update({"SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle),
+                        "XLA_IMAGES_CERTS_D": str(empty)})
+        self.env = env
+        write_helper(self.bin, self.config_dir / "helper-store.json")
+
+    def login(self, mode: str, host: str, user: str, password: str) -> None:
+        docker_config(self.config_dir, mode, host, user, password)
+
+    def __call__(self, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, str(REPO / "build.py"), *args, "--matrix", str(self.project.root / "matrix.yaml"),
+                   "--site", str(self.project.root / "site.yaml")]
+        if args[0] == "published":
+            command = [sys.executable, str(REPO / "build.py"), *args]
+        started = time.monotonic()
+        result = subprocess.run(command, cwd=self.project.root, env=self.env, capture_output=True, text=True,
+                                timeout=600)
+        print(f"{args[0]}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+        self.outputs += [result.stdout, result.stderr]
+        assert "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == expect, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        return result

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from reporters import QuietReporter
 from xla_images import names, resources
 from xla_images.run import build, context as build_context, engine
 from xla_images.run.build import BuildOptions, Outcome
@@ -28,7 +29,7 @@ def built(make_project):
     """Two flavours of python 3.11 built once, two at a time, for the tests that only look at them."""
     project = make_project(OLD, NEW)
     plan = project.plan()
-    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), _Quiet())
+    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), QuietReporter())
     assert [result.outcome for result in results] == [Outcome.BUILT, Outcome.BUILT], [r.message for r in results]
     return project
 
@@ -237,22 +238,6 @@ def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, danglin
     assert project.image_id(version) == good
     assert engine.images.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
     assert not dangling_images()
-
-
-class _Quiet:
-    """A Reporter that shows nothing (module-scoped fixtures cannot use the `reporter` fixture)."""
-
-    def state(self, flavour, text: str) -> None:
-        pass
-
-    def line(self, flavour, text: str) -> None:
-        pass
-
-    def finished(self, result) -> None:
-        pass
-
-    def notice(self, text: str) -> None:
-        pass
 
 
 def _wait_for_step(log: Path, words: str, process: subprocess.Popen, timeout: float = 300) -> None:

@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from reporters import QuietReporter
 from xla_images import names
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
@@ -79,20 +80,6 @@ class _Phase:
 def cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(REPO / "build.py"), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "CI": "true", "PYTHONPATH": str(REPO)})
-
-
-class QuietReporter:
-    def state(self, flavour: Flavour, text: str) -> None:
-        pass
-
-    def line(self, flavour: Flavour, text: str) -> None:
-        pass
-
-    def finished(self, result: build.FlavourResult) -> None:
-        pass
-
-    def notice(self, text: str) -> None:
-        print(f"[e2e] build: {text}", file=sys.stderr)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from reporters import QuietReporter
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.registry import Registry
@@ -24,20 +25,6 @@ from xla_images.run.build import BuildOptions, Outcome
 RELEASE = "8.91.0"
 
 
-class _Quiet:
-    def state(self, flavour, text: str) -> None:
-        pass
-
-    def line(self, flavour, text: str) -> None:
-        pass
-
-    def finished(self, result) -> None:
-        pass
-
-    def notice(self, text: str) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def pair(make_project):
     """The tpu and cpu flavours of one release, built together (two at a time) through BuildKit."""
@@ -45,7 +32,7 @@ def pair(make_project):
         pytest.skip(f"BuildKit is not usable here: {engine.buildkit.buildx_info().problem}")
     project = make_project(RELEASE, accelerators=("tpu", "cpu"), payload=b"x" * (1 << 20))
     plan = project.plan()
-    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), _Quiet())
+    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), QuietReporter())
     assert [result.outcome for result in results] == [Outcome.BUILT] * 2, [result.message for result in results]
     return project
 
@@ -80,7 +67,7 @@ def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None
 def test_rebuild_from_no_cache_gives_the_same_layer_digests(pair) -> None:
     flavour = pair.flavour(RELEASE, "tpu")
     before = _layers(pair, "tpu")
-    results = build.build_flavours(pair.plan(), [flavour], BuildOptions(force=True, no_cache=True), _Quiet())
+    results = build.build_flavours(pair.plan(), [flavour], BuildOptions(force=True, no_cache=True), QuietReporter())
     assert results[0].outcome is Outcome.BUILT, results[0].message
     log = results[0].log.read_text()
     assert not _cached_steps(log), f"--no-cache still took steps from the build cache: {_cached_steps(log)}"
@@ -106,7 +93,7 @@ def test_classic_builder_still_builds_a_flavour(make_project, monkeypatch, dangl
     monkeypatch.setenv(engine.buildkit.BUILDER_ENV, "classic")
     project = make_project("8.92.0")
     flavour = project.flavour("8.92.0")
-    results = build.build_flavours(project.plan(), [flavour], BuildOptions(), _Quiet())
+    results = build.build_flavours(project.plan(), [flavour], BuildOptions(), QuietReporter())
     assert results[0].outcome is Outcome.BUILT, results[0].message
     log = results[0].log.read_text()
     assert "builder: classic" in log and "Successfully built" in log
@@ -239,7 +226,7 @@ def test_layers_apply_cleanly_and_equal_a_plain_install_of_the_lock(make_project
     lock_path = plan.lock_path(flavour)
     lock_path.write_text(lockfile.format_lock(flavour, inputs, entries), encoding="utf-8")
 
-    results = build.build_flavours(project.plan(), [flavour], BuildOptions(), _Quiet())
+    results = build.build_flavours(project.plan(), [flavour], BuildOptions(), QuietReporter())
     assert results[0].outcome is Outcome.BUILT, results[0].message
     log = results[0].log.read_text()
     assert "layer venv-bootstrap: " in log and "wheel(s): pip\n" in log.replace("\r", "")

@@ -26,8 +26,7 @@ import requests
 
 import registries_support as support
 from registry_process import REGISTRY_SCRIPT, free_port
-from test_publish_registry import build_image, make_project
-from test_registries_tls import Client
+from publish_support import build_image, make_project
 from xla_images import names
 from xla_images.run import engine
 
@@ -38,16 +37,8 @@ BLOB_GET = re.compile(r'"GET /v2/(?P<repository>[^ ]+)/blobs/(?P<digest>sha256:[
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.Pki]:
-    if os.geteuid() != 0:  # /etc/hosts and the engine's certs.d are root's
-        message = "the mirror test edits /etc/hosts and /etc/docker/certs.d: it needs root"
-        pytest.fail(message) if os.environ.get("CI", "").lower() in ("1", "true", "yes") else pytest.skip(message)
-    name = support.session_name()
-    made = support.Pki(tmp_path_factory.mktemp("pki"), name).make()
-    support.add_host(name)
-    try:
+    with support.session_pki(tmp_path_factory, "the mirror test") as made:
         yield made
-    finally:
-        support.remove_host(name)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +116,7 @@ def test_second_cold_pull_through_the_mirror_gets_no_blob_from_the_origin(
     project = make_project(tmp_path / "project")
     flavour = project.flavour
     image_id = build_image(tmp_path / "ctx", flavour, (1,))
-    client = Client(project, tmp_path, pki, "certs.d")
+    client = support.Client(project, tmp_path, pki, "certs.d")
     client.login("auths", origin.host, USER, PASSWORD)
     target = f"{origin.host}/{REPOSITORY}"
     local_ref = f"{target}:{flavour.tag}"

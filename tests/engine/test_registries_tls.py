@@ -14,8 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -24,14 +22,14 @@ import requests
 
 import registries_support as support
 from publish_support import build_image, make_project
-from registry_process import REPO, free_port
+from registry_process import free_port
 from xla_images import names
 from xla_images.run import engine
 
 STAGE_USER, STAGE_PASSWORD = "stage-bot", "stage-" + os.urandom(12).hex()
 PROD_USER, PROD_PASSWORD = "prod-bot", "prod-" + os.urandom(12).hex()
-KEY_PASSWORD = "key-" + os.urandom(8).hex()
 IDENTITY_TOKEN = "refresh-" + os.urandom(12).hex()
+KEY_PASSWORD = support.KEY_PASSWORD
 SECRETS = (STAGE_PASSWORD, PROD_PASSWORD, KEY_PASSWORD, IDENTITY_TOKEN,
            base64.b64encode(f"{STAGE_USER}:{STAGE_PASSWORD}".encode()).decode(),
            base64.b64encode(f"{PROD_USER}:{PROD_PASSWORD}".encode()).decode())
@@ -41,16 +39,8 @@ SECRETS = (STAGE_PASSWORD, PROD_PASSWORD, KEY_PASSWORD, IDENTITY_TOKEN,
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.Pki]:
-    if os.geteuid() != 0:  # /etc/hosts and the engine's certs.d are root's
-        message = "the registries tests edit /etc/hosts and /etc/docker/certs.d: they need root"
-        pytest.fail(message) if os.environ.get("CI", "").lower() in ("1", "true", "yes") else pytest.skip(message)
-    name = support.session_name()
-    made = support.Pki(tmp_path_factory.mktemp("pki"), name).make()
-    support.add_host(name)
-    try:
+    with support.session_pki(tmp_path_factory, "the registries tests") as made:
         yield made
-    finally:
-        support.remove_host(name)
 
 
 @pytest.fixture(scope="module")
@@ -113,48 +103,6 @@ def cosign_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 # --- helpers -------------------------------------------------------------------------------------------------
 
-class Client:
-    """The CLI with a user's environment: a docker config, the helper on PATH, and the chosen trust."""
-
-    def __init__(self, project, tmp_path: Path, pki: support.Pki, trust: str) -> None:  # type: ignore[no-untyped-def]
-        self.project = project
-        self.config_dir = tmp_path / "docker-config"
-        self.bin = tmp_path / "bin"
-        self.outputs: list[str] = []
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("XLA_IMAGES_REGISTRY_USER", "XLA_IMAGES_REGISTRY_PASSWORD")}
-        env.update({"CI": "true", "DOCKER_CONFIG": str(self.config_dir), "COSIGN_PASSWORD": KEY_PASSWORD,
-                    "PATH": f"{self.bin}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(REPO)})
-        if trust == "bundle":
-            # The CA only in a bundle the environment names; the toolkit's certs.d is empty (the engine keeps its
-            # own certs.d: it is not what this case tests, and /etc/ssl is not ours to edit).
-            bundle = tmp_path / "bundle.pem"
-            bundle.write_bytes(support.SYSTEM_BUNDLE.read_bytes() + b"\n" + pki.ca.read_bytes())
-            empty = tmp_path / "no-certs.d"
-            empty.mkdir()
-            env.update({"SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle),
-                        "XLA_IMAGES_CERTS_D": str(empty)})
-        self.env = env
-        support.write_helper(self.bin, self.config_dir / "helper-store.json")
-
-    def login(self, mode: str, host: str, user: str, password: str) -> None:
-        support.docker_config(self.config_dir, mode, host, user, password)
-
-    def __call__(self, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, str(REPO / "build.py"), *args, "--matrix", str(self.project.root / "matrix.yaml"),
-                   "--site", str(self.project.root / "site.yaml")]
-        if args[0] == "published":
-            command = [sys.executable, str(REPO / "build.py"), *args]
-        started = time.monotonic()
-        result = subprocess.run(command, cwd=self.project.root, env=self.env, capture_output=True, text=True,
-                                timeout=600)
-        print(f"{args[0]}: {time.monotonic() - started:.1f} s", file=sys.stderr)
-        self.outputs += [result.stdout, result.stderr]
-        assert "Traceback" not in result.stderr, result.stderr
-        assert result.returncode == expect, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-        return result
-
-
 def stage_session(registry: support.TlsRegistry, pki: support.Pki) -> requests.Session:
     """The test's own reader of the htpasswd registry (plain requests, not the code under test)."""
     session = requests.Session()
@@ -201,7 +149,7 @@ def put_dated_nightly(session: requests.Session, base: str, repository: str, tag
     return str(put.headers["Docker-Content-Digest"])
 
 
-def assert_no_secret(client: Client, *roots: Path) -> None:
+def assert_no_secret(client: support.Client, *roots: Path) -> None:
     texts = list(client.outputs)
     for root in roots:
         texts += [text for _, text in support.iter_texts(root)]
@@ -231,7 +179,7 @@ def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, comp
         site.write(f"compression: {{format: {compression}}}\n")
     flavour = project.flavour
     image_id = build_image(tmp_path / "ctx", flavour, (1,))
-    client = Client(project, tmp_path, pki, trust)
+    client = support.Client(project, tmp_path, pki, trust)
     client.login(mode, staging.host, STAGE_USER, STAGE_PASSWORD)
     client.login(mode, production.host, PROD_USER, PROD_PASSWORD)
     repository = f"stage-{mode.lower()}-{trust.replace('.', '')}-{compression}"
@@ -299,7 +247,7 @@ def test_an_identity_token_from_a_helper_serves_promote_resolve_and_the_engine_p
     grant_type=refresh_token) — by the toolkit for promote and resolve, by the engine for the pull."""
     project = make_project(tmp_path / "project")
     image_id = build_image(tmp_path / "ctx", project.flavour, (1,))
-    client = Client(project, tmp_path, pki, "certs.d")
+    client = support.Client(project, tmp_path, pki, "certs.d")
     client.login("auths", staging.host, STAGE_USER, STAGE_PASSWORD)
     client.login("credHelpers", production.host, "<token>", IDENTITY_TOKEN)
     source, target = f"{staging.host}/to-identity", f"{production.host}/identity"
@@ -326,7 +274,7 @@ def test_a_wrong_password_is_one_error_naming_the_credential_source(pki: support
                                                                      tmp_path: Path) -> None:
     project = make_project(tmp_path / "project")
     build_image(tmp_path / "ctx", project.flavour, (1,))
-    client = Client(project, tmp_path, pki, "certs.d")
+    client = support.Client(project, tmp_path, pki, "certs.d")
     wrong = "wrong-" + os.urandom(8).hex()
     client.login("credHelpers", staging.host, STAGE_USER, wrong)
     try:
@@ -343,7 +291,7 @@ def test_a_wrong_password_is_one_error_naming_the_credential_source(pki: support
 def test_an_untrusted_ca_names_the_certs_d_file_that_would_fix_it(pki: support.Pki, staging: support.TlsRegistry,
                                                                    tmp_path: Path) -> None:
     project = make_project(tmp_path / "project")
-    client = Client(project, tmp_path, pki, "certs.d")
+    client = support.Client(project, tmp_path, pki, "certs.d")
     empty = tmp_path / "empty-certs.d"
     empty.mkdir()
     client.env["XLA_IMAGES_CERTS_D"] = str(empty)
@@ -355,7 +303,7 @@ def test_an_untrusted_ca_names_the_certs_d_file_that_would_fix_it(pki: support.P
 
 def test_a_name_that_does_not_resolve_is_a_dns_error(pki: support.Pki, tmp_path: Path) -> None:
     project = make_project(tmp_path / "project")
-    client = Client(project, tmp_path, pki, "certs.d")
+    client = support.Client(project, tmp_path, pki, "certs.d")
     result = client("resolve", "--registry", "no-such-registry.invalid:5443/x", expect=1)
     assert "[registry-dns]" in result.stderr and "ci/registry.sh" not in result.stderr
 
@@ -367,7 +315,7 @@ def test_a_client_certificate_registry_promote_resolve_prune(pki: support.Pki, s
     it, so it would offer no client certificate; promote copies over the API instead.)"""
     project = make_project(tmp_path / "project")
     build_image(tmp_path / "ctx", project.flavour, (1,))
-    client = Client(project, tmp_path, pki, "certs.d")
+    client = support.Client(project, tmp_path, pki, "certs.d")
     client.login("auths", staging.host, STAGE_USER, STAGE_PASSWORD)
     client.login("credHelpers", mtls.host, STAGE_USER, STAGE_PASSWORD)
     source, target = f"{staging.host}/to-mtls", f"{mtls.host}/mtls"

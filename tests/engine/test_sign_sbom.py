@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from registry_process import REPO, RegistryProcess, running
+from reporters import QuietReporter
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.run import build, engine, sbom
@@ -63,7 +64,7 @@ def project(make_project, registry: RegistryProcess):
     """Two flavours built from the real Dockerfile and pushed to our registry; the local images go at the end."""
     created = make_project(SIGNED, UNSIGNED)
     plan = created.plan()
-    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), _Quiet())
+    results = build.build_flavours(plan, list(plan.flavours), BuildOptions(jobs=2), QuietReporter())
     assert [result.outcome for result in results] == [Outcome.BUILT] * 2, [result.message for result in results]
     pushed = created.cli("push", "--registry", target(registry))
     assert pushed.returncode == 0, pushed.stderr
@@ -73,13 +74,6 @@ def project(make_project, registry: RegistryProcess):
             engine.images.remove_tag(names.local_ref(tag))
     for entry in json.loads((created.root / "published.json").read_text())["flavours"].values():
         engine.images.remove_image(entry["ref"], force=True)
-
-
-class _Quiet:
-    def state(self, *args) -> None: ...
-    def line(self, *args) -> None: ...
-    def finished(self, *args) -> None: ...
-    def notice(self, *args) -> None: ...
 
 
 def published(project) -> dict[str, dict]:

@@ -118,3 +118,16 @@ def test_the_registry_state_layout_is_the_one_ci_registry_sh_writes() -> None:
     assert f'DIR="$STATE_DIR/{names.REGISTRY_STATE_DIR}/$PORT"' in script
     assert f'CONFIG="$DIR/{names.REGISTRY_CONFIG}"' in script
     assert f'PID_FILE="$DIR/{names.REGISTRY_PID_FILE}"' in script
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in conftest.py fixtures or a helper module, so running or renaming one test file
+    never runs or breaks another's tests."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        offenders += [f"{path.relative_to(ROOT)} imports {module}" for module in sorted(modules)
+                      if module.split(".")[-1].startswith("test_") or module.split(".")[-1] == "conftest"]
+    assert not offenders, offenders
