@@ -2,7 +2,7 @@
 """Cold push and cold pull of one flavour per layer compression, side by side in one run. Prints figures; asserts
 nothing.
 
-    python benchmarks/bench_pull.py [TAG] [--rounds N] [--level L] [--no-mirror]
+    python benchmarks/bench_pull.py [TAG] [--rounds N] [--level L] [--no-mirror] [--no-push] [--containerd-store]
 
 TAG defaults to r2.9.0_3.11_cpu and must be built on the engine (`build.py build TAG`). Everything else is made
 here and removed at the end: two registries on free 127.0.0.1 ports (ci/registry.sh, state in a temp dir), a pull
