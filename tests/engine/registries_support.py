@@ -8,6 +8,8 @@ the https path, with:
   with an x5c chain the registry checks against the `rootcertbundle` given to it: signature, issuer, service,
   expiry and the granted scopes), or a client-certificate registry (`http.tls.clientcas`);
 * a credential helper `docker-credential-xlatest` (a shell script in a temp dir) for credsStore/credHelpers.
+* `session_pki` (the CA, the name and its hosts line, for a module's `pki` fixture) and `Client` (`build.py`
+  run with a user's docker config, helper and trust), for every engine test that needs a TLS registry.
 
 Everything created here is removed by the fixtures' finalizers: processes by pid, the hosts line, certs.d dirs.
 """
@@ -367,6 +369,9 @@ def iter_texts(root: Path) -> Iterator[tuple[Path, str]]:
     for path in root.rglob("*"):
         if path.is_file() and path.stat().st_size < (8 << 20):
             yield path, path.read_text(errors="replace")
+
+
+# --- the CLI as a user runs it ------------------------------------------------------------------------------
 
 class Client:
     """The CLI with a user's environment: a docker config, the helper on PATH, and the chosen trust."""
