@@ -7,7 +7,7 @@ the https path, with:
 * `auth.htpasswd` (bcrypt), or `auth.token` whose realm is `TokenServer` (stdlib http.server issuing RS256 JWTs
   with an x5c chain the registry checks against the `rootcertbundle` given to it: signature, issuer, service,
   expiry and the granted scopes), or a client-certificate registry (`http.tls.clientcas`);
-* a credential helper `docker-credential-xlatest` (a shell script in a temp dir) for credsStore/credHelpers.
+* a credential helper `docker-credential-xlatest` (a shell script in a temp dir) for credsStore/credHelpers;
 * `session_pki` (the CA, the name and its hosts line, for a module's `pki` fixture) and `Client` (`build.py`
   run with a user's docker config, helper and trust), for every engine test that needs a TLS registry.
 
