@@ -1,6 +1,6 @@
 """The engine tests' build Reporters: one that keeps what it is told (the `reporter` fixture), one that shows
-nothing (for module-scoped fixtures, which cannot use `reporter`). The CLI's displays are exercised by the CLI
-tests."""
+only notices (for module-scoped fixtures, which cannot use `reporter`). The CLI's displays are exercised by the
+CLI tests."""
 from __future__ import annotations
 
 import sys
