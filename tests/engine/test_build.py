@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from reporters import QuietReporter
+from save_scan import scan
 from xla_images import names, resources
 from xla_images.run import build, context as build_context, engine
 from xla_images.run.build import BuildOptions, Outcome
@@ -104,7 +105,7 @@ def test_ca_bundle_is_in_no_layer_of_the_image(built) -> None:
     flavour = built.flavour(NEW)
     ca = built.ca_marker.encode()
     wheel = built.wheel_marker.encode()
-    found = _scan(engine.images.save_image_stream(names.local_ref(flavour.tag)), [ca, wheel])
+    found = scan(engine.images.save_image_stream(names.local_ref(flavour.tag)), [ca, wheel])
     # Control: the scan does read the layers (the venv's torch carries the wheel marker).
     assert found[wheel], "layer scan did not find the wheel marker: the scan is broken"
     assert not found[ca], "the CA bundle's bytes are in a layer of the runtime image"
@@ -260,16 +261,3 @@ def _wait_for_step(log: Path, words: str, process: subprocess.Popen, timeout: fl
                     return
         time.sleep(0.05)
     raise AssertionError(f"the build never reached {words!r}")
-
-
-def _scan(chunks, needles: list[bytes]) -> dict[bytes, bool]:
-    """Which needles occur anywhere in a stream (`docker save`: layers are uncompressed tars)."""
-    found = {needle: False for needle in needles}
-    overlap = max(len(needle) for needle in needles) - 1
-    tail = b""
-    for chunk in chunks:
-        window = tail + chunk
-        for needle in needles:
-            found[needle] = found[needle] or needle in window
-        tail = window[-overlap:]
-    return found

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
+from publish_support import make_project
 from xla_images import names
-from xla_images.generate.plan import load_plan
 from xla_images.model.flavour import Flavour
 from xla_images.run import checks, engine, smoke_runner
 
@@ -29,17 +28,7 @@ SESSION_LABEL = "io.xla-images.test-session"
 
 @pytest.fixture(scope="module")
 def flavour(tmp_path_factory: pytest.TempPathFactory) -> Flavour:
-    root = tmp_path_factory.mktemp("project")
-    version = f"9.{os.getpid() % 1000}.{int(time.time()) % 1000}"
-    (root / "matrix.yaml").write_text(
-        "schema: 1\n"
-        "defaults:\n  pythons: [\"3.11\"]\n  accelerators: [cpu]\n  latest_python: \"3.11\"\n"
-        f"releases:\n  \"{version}\":\n    torch: \"{version}\"\n    pytorch_git_rev: v{version}\n"
-        f"    xla_git_rev: v{version}\n    python_support: \">=3.10\"\n", encoding="utf-8")
-    (root / "site.yaml").write_text("registry: 127.0.0.1:1/unused\nca_bundle: none\n"
-                                    "wheel_sources:\n  - name: test\n    match: {torch_xla: \">=0\"}\n")
-    (only,) = load_plan(root / "matrix.yaml", root / "site.yaml").flavours
-    return only
+    return make_project(tmp_path_factory.mktemp("project")).flavour
 
 
 def stand_in_packages(context: Path, flavour: Flavour) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from reporters import QuietReporter
+from save_scan import scan
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.registry import Registry
@@ -79,7 +80,7 @@ def test_rebuild_from_no_cache_gives_the_same_layer_digests(pair) -> None:
 
 def test_no_layer_holds_the_ca_or_the_pip_settings(pair) -> None:
     flavour = pair.flavour(RELEASE, "tpu")
-    found = _scan(engine.images.save_image_stream(names.local_ref(flavour.tag)),
+    found = scan(engine.images.save_image_stream(names.local_ref(flavour.tag)),
                   [pair.ca_marker.encode(), b"no-index = true", pair.wheel_marker.encode()])
     assert found[pair.wheel_marker.encode()], "control: the scan must see the wheels' bytes"
     assert not found[pair.ca_marker.encode()], "the CA bundle (a BuildKit secret) reached a layer"
@@ -97,7 +98,7 @@ def test_classic_builder_still_builds_a_flavour(make_project, monkeypatch, dangl
     assert results[0].outcome is Outcome.BUILT, results[0].message
     log = results[0].log.read_text()
     assert "builder: classic" in log and "Successfully built" in log
-    found = _scan(engine.images.save_image_stream(names.local_ref(flavour.tag)), [project.ca_marker.encode()])
+    found = scan(engine.images.save_image_stream(names.local_ref(flavour.tag)), [project.ca_marker.encode()])
     assert not found[project.ca_marker.encode()]
     run = engine.containers.run_container(names.local_ref(flavour.tag), ["python", "-c", "import torch_xla, xla_smoke"],
                                           role="test")
@@ -151,17 +152,6 @@ def _cached_steps(log: str) -> list[str]:
             cached.add(number)
     return sorted(names[number] for number in cached if number in names)
 
-
-def _scan(chunks, needles: list[bytes]) -> dict[bytes, bool]:
-    found = {needle: False for needle in needles}
-    overlap = max(len(needle) for needle in needles) - 1
-    tail = b""
-    for chunk in chunks:
-        window = tail + chunk
-        for needle in needles:
-            found[needle] = found[needle] or needle in window
-        tail = window[-overlap:]
-    return found
 
 
 # Prints one JSON line per entry of the venv (and of what it links into PURE_DIR): path, kind, mode, content.

@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 import requests
 
+from targets import make_flavour
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.registry import Registry
-from xla_images.model.site import WheelSource
 from xla_images.model.target import Target
 from xla_images.run import engine, publish
 from xla_images.run.publish import Credentials, RegistryClient, RetryPolicy
@@ -24,16 +23,6 @@ DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 SECRET = "s3cr3t-Pa55word!"
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
-
-
-def make_flavour(**changes: Any) -> Target:
-    facts: dict[str, Any] = dict(
-        torch_xla="2.9.0", torch="2.9.0", python="3.11", abi=Abi.CXX11, accelerator=Accelerator.CPU, libtpu=None,
-        release_default_abi=Abi.CXX11, pytorch_git_rev="v2.9.1", xla_git_rev="v2.9.0",
-        wheel_source=WheelSource("default"), base_image="python:3.11-slim-bookworm", declared_at="matrix.yaml:1",
-        aliases=("r2.9_3.11_cpu", "latest_cpu"), id="sha256:" + "1" * 64)
-    facts.update(changes)
-    return Target(**facts)
 
 
 # --- registry names ---------------------------------------------------------------------------------------

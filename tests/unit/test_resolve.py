@@ -6,24 +6,13 @@ from typing import Any
 
 import pytest
 
+from targets import make_flavour
 from xla_images.errors import Failure
 from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.registry import Registry
-from xla_images.model.site import WheelSource
-from xla_images.model.target import Target
 from xla_images.run import publish, resolve
 
 DIGEST_A, DIGEST_B, DIGEST_C = ("sha256:" + letter * 64 for letter in "abc")
-
-
-def make_flavour(**changes: Any) -> Target:
-    facts: dict[str, Any] = dict(
-        torch_xla="2.9.0", torch="2.9.0", python="3.11", abi=Abi.CXX11, accelerator=Accelerator.CPU, libtpu=None,
-        release_default_abi=Abi.CXX11, pytorch_git_rev="v2.9.1", xla_git_rev="v2.9.0",
-        wheel_source=WheelSource("default"), base_image="python:3.11-slim-bookworm", declared_at="matrix.yaml:1",
-        aliases=("r2.9_3.11_cpu", "latest_cpu"), id="sha256:" + "1" * 64)
-    facts.update(changes)
-    return Target(**facts)
 
 
 def published(tmp_path: Path, *flavours: tuple[Any, str]) -> Path:
