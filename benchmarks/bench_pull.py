@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
-"""Cold push and cold pull of one flavour per layer compression, side by side in one run. Prints figures; asserts
-nothing.
+"""Cold push and cold pull of one flavour per layer compression and image store, side by side in one run. Prints
+figures; asserts nothing.
 
-    python benchmarks/bench_pull.py [TAG] [--rounds N] [--level L] [--no-mirror] [--no-push] [--containerd-store]
+    python benchmarks/bench_pull.py [TAG] [--rounds N] [--no-mirror] [--no-push]
 
-TAG defaults to r2.9.0_3.11_cpu and must be built on the engine (`build.py build TAG`). Everything else is made
-here and removed at the end: two registries on free 127.0.0.1 ports (ci/registry.sh, state in a temp dir), a pull
-engine of its own (a second dockerd via ci/engine.sh with its own data root, bridge and socket, so it can be
-restarted with and without `unpigz` while the main engine keeps working), and a pull-through cache.
+TAG defaults to r2.9.0_3.11_cpu and must be built on the main engine (`build.py build TAG`) as the project installs
+it: dockerd with the containerd image store, so the build stored its layers as zstd (the default compression).
+Everything else is made here and removed at the end: two registries on free 127.0.0.1 ports (ci/registry.sh,
+state in a temp dir), a second engine (a dockerd via ci/engine.sh with its own data root, bridge and socket,
+restarted with either image store and with or without `unpigz` while the main engine keeps working), and a
+pull-through cache.
 
-Push (on the main engine, each into an emptied registry, the zstd digest cache emptied too, alternating order):
-  gzip   the engine's push (what `compression: {format: gzip}` does): single-threaded gzip in dockerd
-  zstd   the toolkit's push (the default): `zstd -T0` per layer, uploaded through the registry API
+Push (each into an emptied registry, alternating order):
+  gzip   today's publication: the image loaded into the second engine with the classic image store (overlay2),
+         pushed by it (dockerd compresses every layer with gzip on one core, as `docker push` always did)
+  zstd   the default publication: the main engine pushes the zstd blobs its build stored (no compression pass)
 
-Pull (on the pull engine, every image and the build cache removed and the page cache dropped before each; order
+Pull (on the second engine, every image and the build cache removed and the page cache dropped before each; order
 alternates per round; each pulled image then runs `import torch_xla`):
-  gzip, no unpigz   today's publication pulled by an engine without pigz (dockerd with MOBY_DISABLE_PIGZ=1)
-  gzip, unpigz      the same layers, pigz installed (as `ci/engine.sh install` now leaves the engine)
-  zstd              the default publication, same engine
-  zstd via cache    through a pull-through cache (distribution's proxy mode) in front of the zstd registry:
-                    first with the cache empty, then again (cold engine, warm cache); origin blob GETs counted
-With --containerd-store, the pull engine is also restarted with dockerd's containerd image store and both
-publications are pulled into it.
+  gzip, classic, no unpigz   today's publication pulled by the old engine (classic store, MOBY_DISABLE_PIGZ=1)
+  gzip, classic, unpigz      the same, pigz installed
+  zstd, classic              the default publication pulled by a classic-store engine with pigz
+  gzip, containerd           today's publication pulled by the engine as the project installs it
+  zstd, containerd           the default publication pulled by that engine
+  zstd via cache             through a pull-through cache (distribution's proxy mode) in front of the zstd registry,
+                             containerd store: first with the cache empty, then again (cold engine, warm cache);
+                             origin blob GETs counted
 Bytes on the wire: the compressed layer sizes of the manifest pulled (what the registry sends).
 """
 from __future__ import annotations
@@ -48,7 +52,7 @@ from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.compression import Compression  # noqa: E402
 from xla_images.model.registry import Registry  # noqa: E402
 from xla_images.names import local_ref  # noqa: E402
-from xla_images.run import publish, registry as registries  # noqa: E402
+from xla_images.run import engine as main_engine, publish, registry as registries  # noqa: E402
 
 REPOSITORY = "xla-images-bench"
 BRIDGE = "xlabench0"
@@ -103,13 +107,10 @@ class PullEngine:
         self.mode: tuple[bool, str] | None = None
 
     def env(self, store: str = "classic") -> dict[str, str]:
-        config = self.state / f"daemon-{store}.json"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps({"features": {"containerd-snapshotter": store == "containerd"}}))
         args = (f"--data-root {self.state}/data-{store} --exec-root {self.state}/exec --bridge {BRIDGE} "
-                f"--iptables=false --ip-masq=false --config-file {config}")
+                f"--iptables=false --ip-masq=false")
         return {"XLA_IMAGES_STATE": str(self.state), "DOCKER_HOST": self.socket, "ENGINE_DOCKERD_ARGS": args,
-                "ENGINE_STORAGE_DRIVER": "overlayfs" if store == "containerd" else "overlay2"}
+                "ENGINE_IMAGE_STORE": store}
 
     def use(self, pigz: bool, store: str = "classic") -> None:
         if self.mode == (pigz, store):
@@ -165,17 +166,41 @@ def bridge() -> Iterator[None]:
             run(["ip", "link", "delete", BRIDGE], check=False)
 
 
-def push_cold(flavour, registry: Registry, compression: Compression, registries_: Registries, port: int,
-              cache: Path) -> tuple[float, int]:
+def push_zstd(flavour, registry: Registry, registries_: Registries, port: int) -> tuple[float, int]:
+    """The default publication: `push` on the main engine, which sends the zstd blobs its build stored."""
     registries_.script("wipe", port)
-    shutil.rmtree(cache, ignore_errors=True)
-    os.environ["XLA_IMAGES_CACHE"] = str(cache)
     client = registries.connect(registry, registries.WRITE)
     transfers: dict = {}
     started = time.monotonic()
-    publish.push_flavour(flavour, registry, client, None, lambda line: None, transfers, compression)
+    publish.push_flavour(flavour, registry, client, None, lambda line: None, transfers, Compression("zstd", 3))
     seconds = time.monotonic() - started
     return seconds, transfers[flavour.tag].uploaded_bytes
+
+
+def push_gzip(engine: "PullEngine", image: str, registry: Registry, tag: str, registries_: Registries,
+              port: int) -> tuple[float, int]:
+    """Today's publication: the classic store's own push (gzip on one core), of the image loaded into it."""
+    registries_.script("wipe", port)
+    engine.use(True, "classic")
+    engine.docker("tag", image, f"{registry.name}:{tag}")
+    started = time.monotonic()
+    engine.docker("push", "-q", f"{registry.name}:{tag}")
+    seconds = time.monotonic() - started
+    engine.docker("rmi", f"{registry.name}:{tag}")
+    return seconds, wire_bytes(registry, tag)[1]
+
+
+def load_into_classic(engine: "PullEngine", image: str) -> None:
+    """`docker save` on the main engine into `docker load` on the classic one (the image the gzip push sends)."""
+    engine.use(True, "classic")
+    started = time.monotonic()
+    saver = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    loaded = subprocess.run(["docker", "load", "-q"], stdin=saver.stdout, capture_output=True, text=True,
+                            env={**os.environ, "DOCKER_HOST": engine.socket})
+    saver.stdout.close()
+    if saver.wait() != 0 or loaded.returncode != 0:
+        raise SystemExit(f"loading {image} into the classic engine failed: {loaded.stderr.strip()}")
+    print(f"  loaded {image} into the classic engine in {time.monotonic() - started:.0f} s", flush=True)
 
 
 def wire_bytes(registry: Registry, tag: str) -> tuple[str, int]:
@@ -193,11 +218,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tag", nargs="?", default="r2.9.0_3.11_cpu")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
     parser.add_argument("--no-mirror", action="store_true", help="skip the pull-through cache case")
-    parser.add_argument("--no-push", action="store_true", help="push once each, untimed (pulls only)")
-    parser.add_argument("--containerd-store", action="store_true",
-                        help="also pull into dockerd's containerd image store (needs containerd 1.7+)")
+    parser.add_argument("--no-push", action="store_true", help="push once each (pulls only: the push is untimed)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: it starts a second dockerd and drops the page cache")
@@ -205,8 +227,8 @@ def main() -> int:
     flavour = next((f for f in plan.flavours if f.tag == args.tag), None)
     if flavour is None:
         raise SystemExit(f"no flavour {args.tag} in matrix.yaml")
-    zstd = Compression("zstd", args.level)
-    gzip = Compression("gzip", None)
+    if main_engine.connection.image_store() != "containerd":
+        raise SystemExit("the main engine must be the project's (ci/engine.sh start: containerd image store)")
     state = Path(tempfile.mkdtemp(prefix="xla-bench-pull-", dir="/var/tmp"))
     regs = Registries(state / "registries")
     engine = PullEngine(state / "engine")
@@ -217,21 +239,25 @@ def main() -> int:
         where = {name: Registry.parse(f"127.0.0.1:{port}/{REPOSITORY}") for name, port in ports.items()}
         print(f"{args.tag}: {local_ref(args.tag)}; registries gzip :{ports['gzip']}, zstd :{ports['zstd']}",
               flush=True)
-        push_rounds = 1 if args.no_push else args.rounds
-        for round_ in range(push_rounds):
-            order = [("gzip", gzip), ("zstd", zstd)]
-            for name, compression in (order if round_ % 2 == 0 else order[::-1]):
-                seconds, sent = push_cold(flavour, where[name], compression, regs, ports[name],
-                                          state / f"cache-{name}-{round_}")
-                pushes[name].append(seconds)
-                print(f"  round {round_ + 1} push {name}: {seconds:.1f} s, {sent / 1e6:,.0f} MB sent", flush=True)
-        sizes = {name: wire_bytes(where[name], args.tag) for name in where}
         with bridge():
-            cases = [("gzip, no unpigz", False, "gzip", "classic"), ("gzip, unpigz", True, "gzip", "classic"),
-                     ("zstd", True, "zstd", "classic")]
-            if args.containerd_store:
-                cases += [("gzip, containerd store", True, "gzip", "containerd"),
-                          ("zstd, containerd store", True, "zstd", "containerd")]
+            load_into_classic(engine, local_ref(args.tag))
+            push_rounds = 1 if args.no_push else args.rounds
+            for round_ in range(push_rounds):
+                order = ["gzip", "zstd"]
+                for name in (order if round_ % 2 == 0 else order[::-1]):
+                    if name == "gzip":
+                        seconds, sent = push_gzip(engine, local_ref(args.tag), where[name], args.tag, regs,
+                                                  ports[name])
+                    else:
+                        seconds, sent = push_zstd(flavour, where[name], regs, ports[name])
+                    pushes[name].append(seconds)
+                    print(f"  round {round_ + 1} push {name}: {seconds:.1f} s, {sent / 1e6:,.0f} MB", flush=True)
+            sizes = {name: wire_bytes(where[name], args.tag) for name in where}
+            cases = [("gzip, classic, no unpigz", False, "gzip", "classic"),
+                     ("gzip, classic, unpigz", True, "gzip", "classic"),
+                     ("zstd, classic", True, "zstd", "classic"),
+                     ("gzip, containerd", True, "gzip", "containerd"),
+                     ("zstd, containerd", True, "zstd", "containerd")]
             for round_ in range(args.rounds):
                 for label, pigz, name, store in (cases if round_ % 2 == 0 else cases[::-1]):
                     engine.use(pigz, store)
@@ -239,7 +265,7 @@ def main() -> int:
                     digest = sizes[name][0]
                     pulls.setdefault(label, []).append(engine.pull(f"{where[name].name}@{digest}"))
             mirror_lines = [] if args.no_mirror else mirror_case(regs, ports["zstd"], sizes["zstd"][0], engine)
-        report(args.tag, pushes, pulls, sizes, mirror_lines, zstd, args.no_push)
+        report(args.tag, pushes, pulls, sizes, mirror_lines, args.no_push)
     finally:
         engine.stop()
         regs.stop_all()
@@ -252,7 +278,7 @@ def mirror_case(regs: Registries, origin_port: int, digest: str, engine: PullEng
     mirror_port = regs.start({"ORIGIN": f"http://127.0.0.1:{origin_port}"}, command="start-mirror")
     origin_log = regs.log(origin_port)
     lines = []
-    engine.use(True)
+    engine.use(True, "containerd")
     for label in ("empty cache", "warm cache"):
         before = origin_log.stat().st_size
         seconds = engine.pull(f"127.0.0.1:{mirror_port}/{REPOSITORY}@{digest}")
@@ -262,22 +288,24 @@ def mirror_case(regs: Registries, origin_port: int, digest: str, engine: PullEng
 
 
 def report(tag: str, pushes: dict[str, list[float]], pulls: dict[str, list[float]],
-           sizes: dict[str, tuple[str, int]], mirror_lines: list[str], zstd: Compression, no_push: bool) -> None:
+           sizes: dict[str, tuple[str, int]], mirror_lines: list[str], no_push: bool) -> None:
     def median(values: list[float]) -> float:
         return statistics.median(values)
 
-    print(f"\n{tag}: layers on the wire: gzip {sizes['gzip'][1] / 1e6:,.0f} MB, "
-          f"{zstd.describe()} {sizes['zstd'][1] / 1e6:,.0f} MB")
+    print(f"\n{tag}: layers on the wire: gzip {sizes['gzip'][1] / 1e6:,.0f} MB, zstd {sizes['zstd'][1] / 1e6:,.0f} MB")
     if not no_push:
         print("\n| cold push | runs (s) | median |\n|---|---|---|")
         for name, values in pushes.items():
             print(f"| {name} | {' '.join(f'{v:.1f}' for v in values)} | {median(values):.1f} s |")
-        print(f"push zstd / gzip: {median(pushes['zstd']) / median(pushes['gzip']):.2f}x")
+        ratio = median(pushes["zstd"]) / median(pushes["gzip"])
+        print(f"push zstd (stored blobs) / gzip (classic store): {ratio:.2f}x")
     print("\n| cold pull (+ import torch_xla after) | runs (s) | median |\n|---|---|---|")
     for label, values in pulls.items():
         print(f"| {label} | {' '.join(f'{v:.1f}' for v in values)} | {median(values):.1f} s |")
-    base, same_engine, default = (median(pulls[k]) for k in ("gzip, no unpigz", "gzip, unpigz", "zstd"))
-    print(f"pull zstd / gzip without unpigz: {default / base:.2f}x; zstd / gzip with unpigz: {default / same_engine:.2f}x")
+    old, same_engine, default = (median(pulls[k]) for k in ("gzip, classic, no unpigz", "gzip, containerd",
+                                                            "zstd, containerd"))
+    print(f"pull zstd / gzip by the old engine: {default / old:.2f}x; "
+          f"zstd / gzip by the project's engine: {default / same_engine:.2f}x")
     if mirror_lines:
         print("\n| through the cache | pull | origin |\n|---|---|---|")
         print("\n".join(mirror_lines))

@@ -12,6 +12,7 @@ from pathlib import Path
 from registry_process import REPO
 from xla_images import names
 from xla_images.generate.plan import load_plan
+from xla_images.model.compression import DEFAULT_ZSTD_LEVEL, Compression
 from xla_images.model.flavour import Flavour
 from xla_images.run import engine, publish
 
@@ -56,8 +57,11 @@ def make_project(root: Path) -> Project:
     return Project(root, flavour)
 
 
-def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...]) -> str:
-    """FROM scratch, one layer of random bytes per entry, labelled as built for `flavour`."""
+def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...], compression: str = "zstd") -> str:
+    """FROM scratch, one layer of random bytes per entry, labelled as built for `flavour`.
+
+    On the containerd image store the layers are stored as `build` stores them there, in the compression the push
+    will send (`compression`, the site's); the classic store keeps them uncompressed whatever the setting."""
     context.mkdir(parents=True, exist_ok=True)
     lines = ["FROM scratch"]
     for index, size in enumerate(megabytes):
@@ -65,7 +69,20 @@ def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...]) -> 
         lines.append(f"COPY blob{index} /blob{index}")
     lines.append(f"LABEL {names.FLAVOUR_ID_LABEL}={flavour.id} io.xla-images.tag={flavour.tag}")
     (context / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if engine.connection.image_store() == "containerd":
+        export = Compression(compression, DEFAULT_ZSTD_LEVEL if compression == "zstd" else None)
+        image_id = engine.buildkit.BuildKitBuild(context, {}, export=export).run(lambda line: None)
+        engine.images.tag_image(image_id, names.LOCAL_REPOSITORY, flavour.tag)
+        return image_id
     return engine.classic.build_directory(context, names.local_ref(flavour.tag))
+
+
+def forget_image(flavour: Flavour) -> None:
+    """Remove the flavour's local image so that its next pull is cold. On the containerd store BuildKit's cache
+    still holds the layer blobs its build exported, and a pull would find them there: the cache goes first, and
+    the image's removal then runs containerd's garbage collection, which frees what neither holds any more."""
+    engine.builds.prune_build_cache()
+    engine.images.remove_image(names.local_ref(flavour.tag), force=True)
 
 
 def registry_named_images(host: str) -> list[str]:

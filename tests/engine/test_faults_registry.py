@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from faultproxy import Fault, FaultProxy
-from publish_support import PASSWORD, Project, build_image, make_project, registry_named_images
+from publish_support import PASSWORD, Project, build_image, forget_image, make_project, registry_named_images
 from registry_process import ACCEPT, REPO, RegistryProcess, free_port, running
 from xla_images import names
 from xla_images.run import engine
@@ -53,9 +53,12 @@ def project(tmp_path: Path) -> Iterator[Project]:
 
 
 def use_compression(project: Project, compression: str) -> None:
-    """zstd: the toolkit uploads the layers (the default); gzip: the engine pushes (site setting)."""
+    """zstd: the toolkit uploads the layers (the default); gzip: the engine pushes (site setting). On the containerd
+    store the engine pushes both, as stored: the image is built again with its layers compressed so."""
     with (project.root / "site.yaml").open("a", encoding="utf-8") as site:
         site.write(f"compression: {{format: {compression}}}\n")
+    if compression != "zstd" and engine.connection.image_store() == "containerd":
+        build_image(project.root.parent / "ctx", project.flavour, (6, 6), compression)
 
 
 def push(project: Project, proxy: FaultProxy, timeout: float = 150) -> subprocess.CompletedProcess[str]:
@@ -106,17 +109,20 @@ def assert_clean(result: subprocess.CompletedProcess[str], proxy: FaultProxy) ->
 
 # --- push ------------------------------------------------------------------------------------------------
 
+# Layer bytes go up in PATCH requests (the classic store's push, the zstd push) or in the closing PUT of an upload
+# (the containerd store's push): both are aimed at.
+UPLOAD = "PATCH|PUT"
 TRANSIENT = {
     # dockerd retries a layer upload cut half-way (it waits 5 s first); the zstd push asks again from the offset
     # the registry answers, or pushes again (layers the registry holds are skipped).
-    "reset-mid-blob": [Fault("reset", method="PATCH", path="/blobs/uploads/", after_bytes=1 << 20, times=2)],
+    "reset-mid-blob": [Fault("reset", method=UPLOAD, path="/blobs/uploads/", after_bytes=1 << 20, times=2)],
     # A 500/503 burst on the manifest PUT (push pushes again), /v2/ and the verifying HEAD (tenacity).
     "5xx-burst": [Fault("status", method="GET", path="^/v2/$", status=503, times=2),
                   Fault("status", method="PUT", path="/manifests/", status=503, times=2),
                   Fault("status", method="HEAD", path="/manifests/", status=500, times=2)],
     # An upload that stops for 4 s half-way, on a 4 MB/s link; the verifying HEAD stalls 2 s.
-    "stall-slow-link": [Fault("stall", method="PATCH", after_bytes=2 << 20, seconds=4),
-                        Fault("slow", method="PATCH", rate=4 << 20, times=-1),
+    "stall-slow-link": [Fault("stall", method=UPLOAD, path="/blobs/uploads/", after_bytes=2 << 20, seconds=4),
+                        Fault("slow", method=UPLOAD, path="/blobs/uploads/", rate=4 << 20, times=-1),
                         Fault("stall", method="HEAD", path="/manifests/", direction="response", seconds=2)],
 }
 
@@ -153,7 +159,7 @@ def test_push_failing_for_good_is_a_clear_error_and_a_rerun_completes(compressio
     failed = push(project, proxy)
 
     assert failed.returncode == 1, failed.stderr
-    if compression == "gzip":  # the engine's push, pushed again by the toolkit
+    if compression == "gzip" or engine.connection.image_store() == "containerd":  # the engine's push, pushed again
         assert "503 Service Unavailable" in failed.stderr and "(5 attempts)" in failed.stderr, failed.stderr
         assert f"pushing {alias} again" in failed.stderr
     else:  # the toolkit's manifest PUT, asked again by the registry client
@@ -179,7 +185,8 @@ def test_interrupted_push_stops_cleanly_and_a_rerun_completes(signum: int, compr
     use_compression(project, compression)
     project.published.write_text('{"schema": 1, "flavours": {}}\n', encoding="utf-8")
     before = project.published.read_bytes()
-    proxy.add(Fault("slow", method="PATCH", rate=512 << 10, times=-1))  # 12 MB at 0.5 MB/s: ~20 s
+    # 12 MB at 0.5 MB/s: ~20 s
+    proxy.add(Fault("slow", method=UPLOAD, path="/blobs/uploads/", rate=512 << 10, times=-1))
     command = [sys.executable, str(REPO / "build.py"), "push", project.flavour.tag, "--registry",
                f"{proxy.address}/{REPOSITORY}", "--matrix", str(project.root / "matrix.yaml"),
                "--site", str(project.root / "site.yaml")]
@@ -238,7 +245,7 @@ def test_resolve_and_pull_through_faults(project: Project, registry: RegistryPro
 
     # A layer download cut half-way: dockerd fetches it again (or the watchdog pulls again); the very image
     # that was built arrives.
-    engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
+    forget_image(project.flavour)
     layer = first_layer_path(registry, project.flavour.tag)
     proxy.add(Fault("reset", method="GET", path=layer, direction="response", after_bytes=1 << 20))
     try:
@@ -272,7 +279,7 @@ def test_pull_through_a_stalled_download_is_restarted_by_the_watchdog(
     digest = published_flavours(project, registry)[project.flavour.tag]["digest"]
     ref = f"{proxy.address}/{REPOSITORY}@{digest}"
     image_id = engine.images.image_inspect(names.local_ref(project.flavour.tag))["Id"]
-    engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
+    forget_image(project.flavour)
     proxy.add(Fault("stall", method="GET", path=first_layer_path(registry, project.flavour.tag),
                     direction="response", after_bytes=1 << 20, seconds=200))
     try:
@@ -291,7 +298,7 @@ def test_pull_that_keeps_stalling_fails_clearly_and_leaves_no_image(
     assert push(project, proxy).returncode == 0
     digest = published_flavours(project, registry)[project.flavour.tag]["digest"]
     ref = f"{proxy.address}/{REPOSITORY}@{digest}"
-    engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
+    forget_image(project.flavour)
     proxy.add(Fault("stall", method="GET", path=first_layer_path(registry, project.flavour.tag),
                     direction="response", after_bytes=1 << 20, seconds=200, times=-1))
     pulled = project.cli("pull", "--python", "3.11", timeout=120)

@@ -127,8 +127,9 @@ def test_second_flavour_of_a_release_uploads_only_its_own_layer(pair, own_regist
     transfers: dict[str, publish.Transfer] = {}
     cpu, tpu = pair.flavour(RELEASE, "cpu"), pair.flavour(RELEASE, "tpu")
     lines: list[str] = []
+    compression = pair.plan().site.compression  # what the builds stored on a containerd-store engine
     for flavour in (cpu, tpu):
-        publish.push_flavour(flavour, own_registry, client, None, lines.append, transfers)
+        publish.push_flavour(flavour, own_registry, client, None, lines.append, transfers, compression)
     first, second = transfers[cpu.tag], transfers[tpu.tag]
     assert first.present_layers == 0 and first.uploaded_layers == len(set(_layers(pair, "cpu")))
     # Only libtpu's layer is new to the registry; every other blob is found by digest and not sent.

@@ -178,7 +178,7 @@ def test_push_resolve_pull_promote_sign_verify_prune(trust: str, mode: str, comp
     with (project.root / "site.yaml").open("a", encoding="utf-8") as site:
         site.write(f"compression: {{format: {compression}}}\n")
     flavour = project.flavour
-    image_id = build_image(tmp_path / "ctx", flavour, (1,))
+    image_id = build_image(tmp_path / "ctx", flavour, (1,), compression)
     client = support.Client(project, tmp_path, pki, trust)
     client.login(mode, staging.host, STAGE_USER, STAGE_PASSWORD)
     client.login(mode, production.host, PROD_USER, PROD_PASSWORD)

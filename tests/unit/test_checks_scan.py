@@ -1,12 +1,14 @@
 """The layer scan of the image checks, on `docker save` streams built here (legacy and OCI layouts)."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
 import tarfile
 
 import pytest
+import zstandard
 
 from xla_images.run import checks
 
@@ -55,6 +57,23 @@ def test_clean_image_has_no_findings(oci: bool) -> None:
     scan = checks.scan_saved_image(chunks(image), CA)
     assert scan.layers == 2 and scan.files == 3
     assert scan.findings == []  # library sources are not configuration: their examples are not leaks
+
+
+COMPRESSORS = {"gzip": lambda data: gzip.compress(data, mtime=0),
+               "zstd": lambda data: zstandard.ZstdCompressor(level=3).compress(data)}
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSORS))
+def test_the_containerd_stores_compressed_blobs_are_scanned_uncompressed(compression: str) -> None:
+    # The containerd image store saves its blobs as stored: each layer gzip or zstd, in an OCI layout.
+    compress = COMPRESSORS[compression]
+    image = saved_image([compress(layer({"etc/ok": b"x"})), compress(layer({"usr/share/renamed.pem": CA,
+                                                                            "root/.netrc": b"machine m\n"}))],
+                        oci=True)
+    scan = checks.scan_saved_image(chunks(image), CA)
+    assert scan.layers == 2 and scan.files == 3
+    assert sorted((f.path, f.problem) for f in scan.findings) == [("root/.netrc", "credentials-file"),
+                                                                   ("usr/share/renamed.pem", "ca-bundle")]
 
 
 @pytest.mark.parametrize("oci", [False, True])

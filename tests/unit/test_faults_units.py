@@ -59,12 +59,22 @@ def flaky(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_a_5xx_on_the_manifest_put_is_pushed_again(flaky) -> None:
+    # The classic store's wording, then the containerd store's (its push asks for the tag's manifest first).
     fake = flaky(["received unexpected HTTP status: 503 Service Unavailable",
-                  "received unexpected HTTP status: 500 Internal Server Error"])
+                  "unexpected status from HEAD request to http://127.0.0.1:5000/v2/x/manifests/t: "
+                  "500 Internal Server Error"])
     said: list[str] = []
     assert publish._push_tag("img", REGISTRY, "t", None, said.append, NO_WAIT) == DIGEST
     assert fake.calls == 3 and fake.tags == []
     assert [line for line in said if "pushing t again" in line][0].endswith("(attempt 2 of 3)")
+
+
+def test_a_layer_upload_cut_on_the_containerd_store_is_pushed_again(flaky) -> None:
+    # Unlike the classic store's dockerd, the containerd store's push does not retry a cut upload itself.
+    fake = flaky(['failed to copy: failed to do request: Put "http://127.0.0.1:5000/v2/x/blobs/uploads/u?digest=d": '
+                  "write tcp 127.0.0.1:1->127.0.0.1:2: use of closed network connection"])
+    assert publish._push_tag("img", REGISTRY, "t", None, lambda line: None, NO_WAIT) == DIGEST
+    assert fake.calls == 2 and fake.tags == []
 
 
 def test_a_registry_that_keeps_answering_503_fails_naming_the_attempts(flaky) -> None:
@@ -77,7 +87,9 @@ def test_a_registry_that_keeps_answering_503_fails_naming_the_attempts(flaky) ->
 
 @pytest.mark.parametrize("error", ["denied: requested access to the resource is denied",
                                    "write tcp 127.0.0.1:1->127.0.0.1:2: use of closed network connection",
-                                   "received unexpected HTTP status: 404 Not Found"])
+                                   "received unexpected HTTP status: 404 Not Found",
+                                   "unexpected status from HEAD request to http://h/v2/x/manifests/t: 401 "
+                                   "Unauthorized"])
 def test_other_push_errors_are_not_pushed_again(flaky, error: str) -> None:
     # Connection errors come out of dockerd's own five layer retries: a second round would double the wait.
     fake = flaky([error])

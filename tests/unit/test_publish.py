@@ -13,6 +13,7 @@ import requests
 from targets import make_flavour
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
+from xla_images.model.compression import Compression
 from xla_images.model.registry import Registry
 from xla_images.model.target import Target
 from xla_images.run import engine, publish
@@ -222,8 +223,9 @@ def test_bearer_challenge_fetches_a_token_with_basic_credentials() -> None:
 
 class FakeEngine:
     def __init__(self, digests: dict[str, str], labels: dict[str, str] | None, fail_on: str | None = None,
-                 error_text: str = "boom") -> None:
+                 error_text: str = "boom", store: str = "classic") -> None:
         self.digests = digests
+        self.store = store
         self.labels = labels
         self.fail_on = fail_on
         self.error_text = error_text
@@ -231,6 +233,9 @@ class FakeEngine:
 
     def image_labels(self, ref: str) -> dict[str, str] | None:
         return self.labels
+
+    def image_store(self) -> str:
+        return self.store
 
     def tag_image(self, image: str, repository: str, tag: str) -> None:
         self.events.append(("tag", f"{repository}:{tag}"))
@@ -253,7 +258,8 @@ def flavour() -> Target:
 
 def patch_engine(monkeypatch: pytest.MonkeyPatch, fake: FakeEngine) -> None:
     for module, name in ((engine.images, "image_labels"), (engine.images, "tag_image"),
-                         (engine.images, "remove_tag"), (engine.transfer, "push_image")):
+                         (engine.images, "remove_tag"), (engine.transfer, "push_image"),
+                         (engine.connection, "image_store")):
         monkeypatch.setattr(module, name, getattr(fake, name))
 
 
@@ -273,6 +279,37 @@ def test_push_pushes_and_verifies_tag_then_aliases(monkeypatch: pytest.MonkeyPat
     assert sorted(ref for kind, ref in fake.events if kind == "tag") == \
         sorted(ref for kind, ref in fake.events if kind == "untag")
     assert entry.ref == f"127.0.0.1:5999/xla-images@{DIGEST_A}" and entry.tags == flavour.tags
+
+
+def manifest_of(layer_type: str) -> bytes:
+    return json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": DIGEST_B,
+                                  "size": 2},
+                       "layers": [{"mediaType": layer_type, "digest": DIGEST_B, "size": 10}]}).encode()
+
+
+@pytest.mark.parametrize("site", ["zstd", "gzip"])
+def test_containerd_store_pushes_its_blobs_and_refuses_another_compression_before_any_alias(
+        monkeypatch: pytest.MonkeyPatch, flavour: Target, site: str) -> None:
+    # The containerd store pushes what it holds: the site's compression is checked on the pushed manifest.
+    fake = FakeEngine({tag: DIGEST_A for tag in flavour.tags}, good_labels(flavour), store="containerd")
+    patch_engine(monkeypatch, fake)
+    monkeypatch.setattr(publish.zstd_push, "push_zstd", lambda *args, **kwargs: pytest.fail("not the engine's push"))
+    stored = "application/vnd.oci.image.layer.v1.tar+zstd"  # built while the site said zstd
+    served = [FakeResponse(200), FakeResponse(200, {"Docker-Content-Digest": DIGEST_A}),
+              FakeResponse(200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, manifest_of(stored))]
+    registry, _ = client(served + [FakeResponse(200, {"Docker-Content-Digest": DIGEST_A})] * 2)
+    chosen = Compression("zstd", 3) if site == "zstd" else Compression("gzip", None)
+    if site == "zstd":
+        entry = publish.push_flavour(flavour, registry.registry, registry, None, compression=chosen)
+        assert entry.digest == DIGEST_A
+        assert [tag for kind, tag in fake.events if kind == "push"] == list(flavour.tags)
+        return
+    with pytest.raises(Failure) as caught:
+        publish.push_flavour(flavour, registry.registry, registry, None, compression=chosen)
+    assert caught.value.rule == "push-compression" and "tar+zstd" in caught.value.message
+    assert "no alias was pushed" in caught.value.message
+    assert [tag for kind, tag in fake.events if kind == "push"] == [flavour.tag]
 
 
 def test_manifest_mismatch_stops_before_any_alias(monkeypatch: pytest.MonkeyPatch, flavour: Target) -> None:

@@ -9,7 +9,8 @@ How a flavour is built:
      reports/<tag>/build.log and the display. On an engine without buildx the classic builder does it: the
      `base` stage once per python first (so parallel flavours share its layers), then the flavour from a
      Dockerfile whose secret mounts became COPYs into the wheels stage (rm + forcerm: the engine removes step
-     containers even on failure);
+     containers even on failure). Into dockerd's containerd image store, BuildKit writes every layer compressed
+     as the site's `compression` says, so the push later sends the stored blobs as they are;
   4. only then tag it `xla-images:<tag>` and its aliases. A failed or interrupted build tags nothing, so an
      earlier good image keeps its tag.
 When all builds have stopped, what they left behind is removed: step containers an abort raced with, the
@@ -33,6 +34,7 @@ from .. import diskio
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..generate.sync import LockState, lock_status
+from ..model.compression import Compression
 from ..model.target import Target
 from ..names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
 from . import base as bases, build_mutex, engine
@@ -191,10 +193,14 @@ class _Run:
     base_stage_locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     base_stages_built: set[tuple[str, str]] = field(default_factory=set)
     buildkit: bool = True
+    export: Compression | None = None
 
     def execute(self, flavours: list[Target]) -> list[FlavourResult]:
         engine.connection.client()  # fail early, with the hint, when no engine answers
         self.buildkit = engine.buildkit.use_buildkit()
+        if engine.connection.image_store() == "containerd":
+            # Layers stored as they will be pushed: the push sends these blobs, nothing is compressed again.
+            self.export = self.plan.site.compression
         todo: queue.Queue[Target] = queue.Queue()
         for flavour in flavours:
             self.results[flavour.tag] = FlavourResult(flavour, log=self._log_path(flavour))
@@ -294,9 +300,10 @@ class _Run:
             args = {"BASE_IMAGE": base, "FLAVOUR_ID": flavour.id,
                     "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)}
             if self.buildkit:
-                say(f"builder: BuildKit (docker buildx {engine.buildkit.buildx_info().version})")
+                say(f"builder: BuildKit (docker buildx {engine.buildkit.buildx_info().version})"
+                    + (f", {self.export.describe()} layers into the containerd image store" if self.export else ""))
                 build = engine.buildkit.BuildKitBuild(context, args, secrets=context_secrets(context),
-                                                      no_cache=self.options.no_cache)
+                                                      no_cache=self.options.no_cache, export=self.export)
             else:
                 say("builder: classic (no docker buildx here); secrets are copied into the wheels stage only")
                 prepare_classic_context(context)

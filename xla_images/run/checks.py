@@ -7,11 +7,13 @@ What needs no container (labels, env, layers, history) is read from the engine. 
 from pytest) and checks.json (ours) under reports/<tag>/.
 
 The layer scan reads `docker save` as a stream, never to disk: every file of every layer is compared with the
-site's CA bundle and matched against build-config and credential patterns.
+site's CA bundle and matched against build-config and credential patterns. The classic image store saves each
+layer as a plain tar; the containerd store saves the blobs it keeps, gzip or zstd, which are read uncompressed.
 """
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import re
@@ -23,7 +25,9 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
+
+import zstandard
 
 from .. import diskio
 from ..model.target import Target
@@ -45,6 +49,8 @@ CONFIG_SCAN_LIMIT = 1 << 20
 URL_CREDENTIALS = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]+:[^/\s@'\"]+@")
 SECRET_WORDS = re.compile(r"(?i)\b(password|passwd|token|secret|api[_-]?key)\b")
 TAR_MAGIC_OFFSET = 257
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,19 @@ class _Prefixed(io.RawIOBase):
 def scan_saved_image(chunks: Iterable[bytes], ca_bundle: bytes | None) -> LayerScan:
     """Scan every layer of a `docker save` stream (legacy `<id>/layer.tar` or OCI `blobs/sha256/<d>`)."""
     scan = LayerScan()
+    for layer_id, stream in saved_layers(chunks):
+        scan.layers += 1
+        with tarfile.open(fileobj=stream, mode="r|") as layer:
+            for entry in layer:
+                scan.files += 1
+                scan.findings.extend(_file_findings(layer, entry, layer_id, ca_bundle))
+    return scan
+
+
+def saved_layers(chunks: Iterable[bytes]) -> Iterator[tuple[str, BinaryIO]]:
+    """Each layer of a `docker save` stream as (the first 12 hex of its name, its tar uncompressed), in the
+    stream's order. Each stream is valid until the next one is asked for. Members that are no tar once
+    uncompressed (config blobs, manifests) are passed over."""
     stream = io.BufferedReader(_ChunkReader(chunks), buffer_size=1 << 20)
     with tarfile.open(fileobj=stream, mode="r|") as outer:
         for member in outer:
@@ -133,16 +152,22 @@ def scan_saved_image(chunks: Iterable[bytes], ca_bundle: bytes | None) -> LayerS
             handle = outer.extractfile(member)
             if handle is None:
                 continue
-            head = handle.read(512)
+            layer = _uncompressed(handle)
+            head = layer.read(512)
             if len(head) < 512 or head[TAR_MAGIC_OFFSET:TAR_MAGIC_OFFSET + 5] != b"ustar":
                 continue  # a config blob or manifest, not a layer
-            scan.layers += 1
-            layer_id = _layer_id(member.name)
-            with tarfile.open(fileobj=io.BufferedReader(_Prefixed(head, handle), 1 << 20), mode="r|") as layer:
-                for entry in layer:
-                    scan.files += 1
-                    scan.findings.extend(_file_findings(layer, entry, layer_id, ca_bundle))
-    return scan
+            yield _layer_id(member.name), io.BufferedReader(_Prefixed(head, layer), 1 << 20)
+
+
+def _uncompressed(handle: BinaryIO) -> BinaryIO:
+    """The member's bytes, through gzip or zstd when its first bytes say it is compressed."""
+    magic = handle.read(4)
+    raw = io.BufferedReader(_Prefixed(magic, handle), 1 << 20)
+    if magic.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if magic == ZSTD_MAGIC:
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    return raw
 
 
 def _may_be_layer(name: str) -> bool:

@@ -101,8 +101,9 @@ def check_engine() -> Item:
         info = engine.connection.engine_info()
     except XlaImagesError as error:
         return Item("engine", Status.MISSING, error.message, ENGINE_FIX)
-    return Item("engine", Status.OK, f"dockerd {engine.connection.engine_version()}, storage {info.get('Driver')}, "
-                                     f"root {info.get('DockerRootDir')}")
+    store = engine.connection.image_store()
+    return Item("engine", Status.OK, f"dockerd {engine.connection.engine_version()}, storage {info.get('Driver')} "
+                                     f"({store} image store), root {info.get('DockerRootDir')}")
 
 
 def check_buildkit(engine_up: bool) -> Item:
@@ -204,6 +205,9 @@ def check_compression(compression: Compression, engine_up: bool) -> Item:
     detail = f"{compression.describe()}: pullable by {OLDEST_PULLERS[compression.format]}"
     if compression.by_engine:
         return Item("layer compression", Status.OK, detail + "; the engine compresses at push", required=False)
+    if engine_up and engine.connection.image_store() == "containerd":
+        return Item("layer compression", Status.OK, detail + "; builds store them compressed so, and the engine "
+                    "pushes them as they are", required=False)
     if shutil.which("zstd") is None:
         return Item("layer compression", Status.MISSING, detail + "; `zstd` is not installed to compress them",
                     "sudo ci/engine.sh install (or set compression.format=gzip)", required=False)

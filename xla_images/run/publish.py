@@ -23,7 +23,7 @@ import tenacity
 
 from .. import diskio
 from ..errors import ConfigError, Failure, Location
-from ..model.compression import Compression
+from ..model.compression import LAYER_MEDIA_TYPES, Compression
 from ..model.published import Published, is_digest, parse_published, read_published
 from ..model.published import document as published_document
 from ..model.registry import Registry
@@ -36,10 +36,15 @@ from .registry import (PASSWORD_ENV, RETRIED_STATUSES, USER_ENV, Credentials, Re
 __all__ = ["PASSWORD_ENV", "USER_ENV", "Credentials", "RegistryClient", "RetryPolicy", "load_credentials", "redact",
            "redacting", "is_digest", "Published", "parse_published", "read_published"]
 
-# dockerd retries a failed layer upload itself (5 times, ~50 s), but not the manifest PUT that ends a push:
-# such an answer there is worth one more push (layers already up are skipped). Connection errors are not
-# retried here: they come out of dockerd's own layer retries, which already took their time.
-_TRANSIENT_PUSH = re.compile(r"unexpected HTTP status: (?:%s)\b" % "|".join(map(str, RETRIED_STATUSES)))
+# The classic store's dockerd retries a failed layer upload itself (5 times, ~50 s), but not the manifest PUT that
+# ends a push: such an answer there is worth one more push (layers already up are skipped). Its connection errors
+# are not retried here: they come out of dockerd's own layer retries, which already took their time.
+# The containerd store's push words answers otherwise, asks for the tag's manifest first (HEAD), and does not retry
+# a layer upload cut by a dropped connection (`failed to do request: Put ...`): those are pushed again here.
+_STATUSES = "|".join(map(str, RETRIED_STATUSES))
+_TRANSIENT_PUSH = re.compile(rf"unexpected HTTP status: (?:{_STATUSES})\b"
+                             rf"|unexpected status from [A-Z]+ request to \S+: (?:{_STATUSES})\b"
+                             r"|failed to do request: (?:Patch|Put|Post) \"")
 
 
 # --- push ------------------------------------------------------------------------------------------------
@@ -74,7 +79,8 @@ def transfer_of(diff_ids: list[str], manifest: dict[str, Any], status: dict[str,
         if blob["digest"] in counted:
             continue  # one blob, stored and sent once, whatever number of layers use it
         counted.add(blob["digest"])
-        kind = status.get(diff_id.removeprefix("sha256:")[:12], "present")
+        # The classic store names a layer by its diff id, the containerd store by its compressed digest.
+        kind = status.get(diff_id.removeprefix("sha256:")[:12]) or status.get(blob["digest"][7:19], "present")
         sizes[kind][0] += int(blob.get("size") or 0)
         sizes[kind][1] += 1
     return Transfer(sizes["uploaded"][0], sizes["present"][0], sizes["uploaded"][1], sizes["present"][1])
@@ -86,22 +92,28 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
                  compression: Compression = Compression("gzip", None)) -> Published:
     """Push the flavour's tag, verify it, then each alias; return the verified record.
 
-    gzip layers are the engine's push; zstd layers are the toolkit's (run.zstd_push), in the same order.
-    Reports the bytes uploaded vs already present (and records them in `transfers`, when given, by tag).
+    The engine pushes gzip layers, and any layers of its containerd image store (they are stored compressed as
+    the build exported them, and checked against `compression` once pushed); zstd layers of the classic store are
+    the toolkit's push (run.zstd_push), in the same order. Reports the bytes uploaded vs already present (and
+    records them in `transfers`, when given, by tag).
     """
     image = local_ref(flavour.tag)
     with redacting(credentials):
         labels = _built_labels(flavour, image)
         client.check_reachable()
-        if not compression.by_engine:
+        containerd = engine.connection.image_store() == "containerd"
+        if not (compression.by_engine or containerd):
             return _push_zstd(flavour, image, labels, registry, client, compression, progress, transfers)
         auth = credentials.auth_config(registry.host) if credentials else None
         progress(f"{flavour.tag}: pushing {image} to {registry.ref(flavour.tag)}")
         status: dict[str, str] = {}
         digest = _push_tag(image, registry, flavour.tag, auth, progress, client.retry, status)
         _verify(client, registry, flavour.tag, digest)
+        manifest = client.manifest(digest) if status or containerd else {}
+        if containerd:  # the classic store's push can only write gzip
+            check_layer_compression(manifest, compression, registry.ref(flavour.tag))
         if status:  # the engine reported per layer (it always does; a fake in unit tests may not)
-            transfer = transfer_of(engine.images.image_layers(image), client.manifest(digest), status)
+            transfer = transfer_of(engine.images.image_layers(image), manifest, status)
             if transfers is not None:
                 transfers[flavour.tag] = transfer
             progress(f"{flavour.tag}: {transfer.describe()}")
@@ -114,6 +126,18 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
             _verify(client, registry, alias, digest)
             progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
     return Published(flavour.tag, flavour.tags, registry.name, digest, labels, flavour.to_json(), _now())
+
+
+def check_layer_compression(manifest: dict[str, Any], compression: Compression, ref: str) -> None:
+    """A Failure, before any alias is pushed, when the engine pushed layers of another compression than the site's:
+    the containerd store pushes what it holds (an image built with another setting, or pulled)."""
+    wanted = LAYER_MEDIA_TYPES[compression.format]
+    found = sorted({str(blob.get("mediaType")) for blob in manifest.get("layers") or []} - set(wanted))
+    if found:
+        raise Failure(f"{ref} was pushed with layers of type {', '.join(found)}, but the site's compression is "
+                      f"{compression.describe()} ({wanted[-1]}); no alias was pushed", rule="push-compression",
+                      hint="the engine holds this image compressed otherwise (built with another setting, or "
+                           "pulled): rebuild it with `build.py build --force`, then push again")
 
 
 def _push_zstd(flavour: Target, image: str, labels: dict[str, str], registry: Registry, client: RegistryClient,

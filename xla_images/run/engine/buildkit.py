@@ -3,11 +3,17 @@
 The SDK has no BuildKit session (secrets, the BuildKit frontend), so BuildKit builds go through the docker CLI's
 buildx plugin, against the engine DOCKER_HOST names. With buildx's `docker` driver (the engine's own BuildKit)
 the result lands in the engine's image store; `--load` also covers a docker-container builder.
+
+Into the containerd image store, a build exports its layers already compressed the way they will be pushed
+(`--output type=image,compression=...`): the engine then pushes the stored blobs, with no compression pass.
+There the image's id is its manifest digest, which buildx writes to --metadata-file (its --iidfile holds the
+config digest, which that store does not know as an image).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import Failure
+from ...model.compression import Compression
 from . import builds, connection
 
 
@@ -80,28 +87,31 @@ def _last_line(text: str) -> str:
 class BuildKitBuild:
     """One `docker buildx build`, streamed line by line, which another thread may abort.
 
-    Same contract as StreamingBuild: the image is left untagged (no `-t`), its id comes from --iidfile. BuildKit
+    Same contract as StreamingBuild: the image is left untagged (no `-t`), its id comes from --iidfile (the
+    classic store) or --metadata-file (`export` given: the containerd store, layers compressed as `export`). BuildKit
     runs steps inside the engine, not as containers, and keeps failed steps in its cache rather than as
     images: a failed or aborted build leaves neither. Aborting sends SIGINT, on which buildx cancels the build
     session (the engine then stops the step), and SIGKILL if it does not stop within a grace period.
     """
 
     def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None,
-                 target: str | None = None, secrets: dict[str, Path] | None = None, no_cache: bool = False) -> None:
+                 target: str | None = None, secrets: dict[str, Path] | None = None, no_cache: bool = False,
+                 export: Compression | None = None) -> None:
         self.context = Path(context)
         self.buildargs = dict(buildargs)
         self.labels = dict(labels or {})
         self.target = target
         self.secrets = dict(secrets or {})
         self.no_cache = no_cache
+        self.export = export
         self.trace = builds.BuildTrace()
         self._aborted = threading.Event()
         self._process = None
         self._lock = threading.Lock()
 
-    def command(self, iidfile: Path) -> list[str]:
-        command = ["docker", "buildx", "build", "--progress=plain", "--load", "--iidfile", str(iidfile),
-                   "--file", str(self.context / "Dockerfile")]
+    def command(self, iidfile: Path, metadata: Path) -> list[str]:
+        command = ["docker", "buildx", "build", "--progress=plain", *self.output(), "--iidfile", str(iidfile),
+                   "--metadata-file", str(metadata), "--file", str(self.context / "Dockerfile")]
         for name, value in sorted(self.buildargs.items()):
             command += ["--build-arg", f"{name}={value}"]
         for name, value in sorted(self.labels.items()):
@@ -114,11 +124,14 @@ class BuildKitBuild:
             command.append("--no-cache")
         return command + [str(self.context)]
 
+    def output(self) -> list[str]:
+        return ["--load"] if self.export is None else ["--output", image_output(self.export)]
+
     def run(self, on_line: connection.LineSink) -> str:
         with tempfile.TemporaryDirectory(prefix="xla-images-iid-") as scratch:
-            iidfile = Path(scratch) / "iid"
-            errors = run_buildx(self.command(iidfile), on_line, self._started)
-            image_id = iidfile.read_text().strip() if iidfile.is_file() else ""
+            iidfile, metadata = Path(scratch) / "iid", Path(scratch) / "metadata.json"
+            errors = run_buildx(self.command(iidfile, metadata), on_line, self._started)
+            image_id = _manifest_digest(metadata) if self.export else _read_id(iidfile)
         if image_id:
             self.trace.images.append(builds.short_id(image_id))
             self.trace.image_id = image_id
@@ -142,6 +155,29 @@ class BuildKitBuild:
             process = self._process
         if process is not None:
             _stop(process)
+
+
+def image_output(export: Compression) -> str:
+    """The `--output` of a build into the containerd store: every layer (the base's too) compressed as `export`,
+    with OCI media types for zstd (which has no Docker media type) and Docker's for gzip."""
+    options = ["type=image", f"compression={export.format}", "force-compression=true",
+               f"oci-mediatypes={str(export.format != 'gzip').lower()}"]
+    if export.level is not None:
+        options.append(f"compression-level={export.level}")
+    return ",".join(options)
+
+
+def _read_id(path: Path) -> str:
+    return path.read_text().strip() if path.is_file() else ""
+
+
+def _manifest_digest(path: Path) -> str:
+    """`containerimage.digest` of a buildx metadata file ("" when there is none: the build failed)."""
+    try:
+        digest = json.loads(path.read_text()).get("containerimage.digest", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return digest if isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) else ""
 
 
 def run_buildx(command: list[str], on_line: connection.LineSink, started: Callable | None = None) -> str | None:
@@ -196,9 +232,11 @@ def buildkit_step(line: str) -> str | None:
 
 
 def bake(files: list[Path], targets: list[str], on_line: connection.LineSink, *, no_cache: bool = False,
-         overrides: list[str] = ()) -> None:
-    """`docker buildx bake -f F... TARGETS --load`; a failed bake is a Failure naming buildx's error."""
-    command = ["docker", "buildx", "bake", "--progress=plain", "--load"]
+         overrides: list[str] = (), export: Compression | None = None) -> None:
+    """`docker buildx bake -f F... TARGETS --load` (with `export`: into the containerd store, its layers
+    compressed so, as BuildKitBuild does); a failed bake is a Failure naming buildx's error."""
+    command = ["docker", "buildx", "bake", "--progress=plain"]
+    command += ["--load"] if export is None else ["--set", f"*.output={image_output(export)}"]
     for path in files:
         command += ["-f", str(path)]
     for override in overrides:

@@ -62,3 +62,21 @@ def error_text(error: Exception) -> str:
 def engine_info() -> dict:
     """`docker info`: DockerRootDir, Driver, CgroupDriver, ServerVersion..."""
     return client().info()
+
+
+CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"  # `docker info`'s driver-type under the containerd store
+
+
+def image_store() -> str:
+    """`containerd` when the engine keeps images in containerd's content store (dockerd's containerd-snapshotter
+    feature), else `classic` (a graph driver such as overlay2).
+
+    It decides what a build exports and who pushes: the containerd store keeps each layer as compressed blobs
+    (BuildKit writes them in the site's compression, the engine pushes them as they are) and names an image by
+    its manifest digest; the classic store keeps layers uncompressed, names an image by its config digest and
+    pushes gzip only.
+    """
+    status = engine_info().get("DriverStatus") or []
+    kinds = {str(pair[1]) for pair in status if isinstance(pair, (list, tuple)) and len(pair) == 2
+             and pair[0] == "driver-type"}
+    return "containerd" if CONTAINERD_SNAPSHOTTER in kinds else "classic"

@@ -3,6 +3,7 @@ stall watchdog)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 import docker
@@ -20,6 +21,9 @@ from . import connection, images
 # Push progress statuses: the engine HEADs each blob first and uploads only what the registry lacks.
 PUSH_UPLOADED = "Pushed"
 PUSH_PRESENT = ("Layer already exists", "Mounted from")
+# The classic store reports the pushed manifest's digest in an `aux` event; the containerd store (dockerd 26)
+# only in the closing status line, `TAG: digest: sha256:... size: N`.
+_PUSHED_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64}) size: \d+")
 
 
 def push_image(repository: str, tag: str, auth_config: dict | None, on_line: connection.LineSink | None = None,
@@ -42,6 +46,8 @@ def push_image(repository: str, tag: str, auth_config: dict | None, on_line: con
                 elif status.startswith(PUSH_PRESENT):
                     layer_status[str(event["id"])] = "present"
             digest = (event.get("aux") or {}).get("Digest", digest)
+            if found := _PUSHED_DIGEST.search(status):
+                digest = digest or found.group(1)
             if on_line is not None and event.get("status") and not event.get("progressDetail"):
                 on_line(f"  {event.get('id', '')} {event['status']}".rstrip())
     except (docker.errors.APIError, requests.exceptions.ConnectionError) as error:
