@@ -58,6 +58,7 @@ def use_compression(project: Project, compression: str) -> None:
     with (project.root / "site.yaml").open("a", encoding="utf-8") as site:
         site.write(f"compression: {{format: {compression}}}\n")
     if compression != "zstd" and engine.connection.image_store() == "containerd":
+        engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)  # not left dangling
         build_image(project.root.parent / "ctx", project.flavour, (6, 6), compression)
 
 

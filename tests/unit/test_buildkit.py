@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from xla_images.errors import Failure
 from xla_images.model.compression import Compression
 from xla_images.run.engine import buildkit
 
@@ -45,3 +46,17 @@ def test_a_missing_or_odd_metadata_file_gives_no_id(tmp_path: Path, text: str) -
     if text:
         metadata.write_text(text)
     assert buildkit._manifest_digest(metadata) == ""
+
+
+def test_an_image_the_containerd_store_named_is_traced_before_the_metadata_file(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    # An abort right after the export: the image exists, buildx wrote no metadata; the clean-up must know it.
+    def aborted_after_naming(command, on_line, started=None):
+        on_line(f"#18 naming to moby-dangling@{DIGEST} done")
+        return "docker buildx exited with 130"
+
+    monkeypatch.setattr(buildkit, "run_buildx", aborted_after_naming)
+    build = buildkit.BuildKitBuild(tmp_path, {}, export=Compression("zstd", 3))
+    with pytest.raises(Failure, match="exited with 130"):
+        build.run(lambda line: None)
+    assert build.trace.images == [DIGEST[7:19]]

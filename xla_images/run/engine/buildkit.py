@@ -33,6 +33,7 @@ from . import builds, connection
 BUILDER_ENV = "XLA_IMAGES_BUILDER"  # buildkit | classic | auto (default): which builder `build` uses
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[(?P<step>[^\]]+)\] (?P<what>.*)$")
 _BUILDKIT_ERROR = re.compile(r"^(ERROR|error): (?P<message>.*)$")
+_NAMED_DANGLING = re.compile(r"naming to moby-dangling@(sha256:[0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -128,9 +129,16 @@ class BuildKitBuild:
         return ["--load"] if self.export is None else ["--output", image_output(self.export)]
 
     def run(self, on_line: connection.LineSink) -> str:
+        def watch(line: str) -> None:
+            # The containerd store names a result before buildx writes its metadata file: an abort between the
+            # two still leaves the image's id for the clean-up.
+            if found := _NAMED_DANGLING.search(line):
+                self.trace.images.append(builds.short_id(found.group(1)))
+            on_line(line)
+
         with tempfile.TemporaryDirectory(prefix="xla-images-iid-") as scratch:
             iidfile, metadata = Path(scratch) / "iid", Path(scratch) / "metadata.json"
-            errors = run_buildx(self.command(iidfile, metadata), on_line, self._started)
+            errors = run_buildx(self.command(iidfile, metadata), watch, self._started)
             image_id = _manifest_digest(metadata) if self.export else _read_id(iidfile)
         if image_id:
             self.trace.images.append(builds.short_id(image_id))
