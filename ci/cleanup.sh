@@ -8,10 +8,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 say() { printf 'cleanup: %s\n' "$*"; }
 
 if docker info >/dev/null 2>&1; then
-    mapfile -t images < <(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^(xla-images|127\.0\.0\.1:[0-9]+/)' \
-        | grep -v '^xla-images/base:' || true)
+    # By id: an image pulled by digest has no tag (`<none>`), which is no name to remove it by.
+    mapfile -t images < <(docker images --format '{{.Repository}} {{.ID}}' \
+        | awk '$1 ~ /^(xla-images|127\.0\.0\.1:[0-9]+\/)/ && $1 !~ /^xla-images\/base$/ {print $2}' | sort -u || true)
     if [ "${#images[@]}" -gt 0 ]; then
-        say "removing ${#images[@]} image tag(s)"
+        say "removing ${#images[@]} image(s)"
         docker rmi --force "${images[@]}" >/dev/null || true
     fi
     docker image prune --force >/dev/null
