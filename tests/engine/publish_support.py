@@ -79,8 +79,8 @@ def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...], com
 
 def forget_image(flavour: Flavour) -> None:
     """Remove the flavour's local image so that its next pull is cold. On the containerd store BuildKit's cache
-    still holds the layer blobs its build exported, and a pull would find them there: the cache goes first, and
-    the image's removal then runs containerd's garbage collection, which frees what neither holds any more."""
+    still holds the layer blobs its build exported, and a pull would find them there: the cache goes first, then
+    the image (in this order the faults and mirror tests' pulls fetched every layer again)."""
     engine.builds.prune_build_cache()
     engine.images.remove_image(names.local_ref(flavour.tag), force=True)
 

@@ -140,7 +140,7 @@ def test_reap_on_the_containerd_store_empties_the_build_cache_and_nothing_is_lef
             ran = engine.containers.run_container(image, ["wc", "-c", "/reap/data"], role="test-reap", timeout=120)
             assert ran.exit_code == 0 and ran.output.split()[0] == "20000000", ran.output
     finally:
-        # The cache first: an image's removal then runs containerd's garbage collection over what neither holds.
+        # The cache first, then the images: what neither holds any more is containerd's to collect.
         engine.builds.prune_build_cache()
         for image in refs:
             engine.images.remove_image(image, force=True)
