@@ -270,6 +270,9 @@ reap() {
         return 0
     fi
     [ "$(docker info --format '{{.Driver}}')" = overlay2 ] || die "reap knows the overlay2 storage driver only"
+    # Restarted below as it runs now, whatever ENGINE_IMAGE_STORE says in this shell.
+    IMAGE_STORE=classic
+    DEFAULT_DRIVER=overlay2
     [ -z "$(docker ps --quiet)" ] || die "containers are running; reap stops the engine, so run it when they are done"
     docker builder prune --all --force >/dev/null
     local cache
