@@ -1,9 +1,10 @@
 """How pushed layers are compressed: the site setting `compression` (`format`, `level`) and the OCI facts of each.
 
-`gzip` is what every engine can pull: the engine pushes the image and compresses each layer itself (single-threaded,
-at its own level), exactly as `docker push` does. `zstd` layers are compressed by the toolkit (Debian's `zstd`, all
-cores) and pushed through the registry API in an OCI manifest; they pull faster and are smaller, but need Docker 23+ or
-containerd 1.5+ on the pulling side (docs/pulls.md has the table and the measurements).
+`gzip` is what every engine can pull. `zstd` layers pull faster and are smaller, but need Docker 23+ or containerd 1.5+
+on the pulling side. Where they are compressed depends on the engine's image store: the containerd store's builds
+store them in the chosen compression and the engine pushes them as they are; on the classic store the engine
+compresses gzip at push (one core) and the toolkit compresses zstd (Debian's `zstd`, all cores) and pushes it through
+the registry API (docs/pulls.md has the table and the measurements).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class Compression:
 
     @property
     def by_engine(self) -> bool:
-        """gzip is left to the engine's own push; zstd layers are made and pushed by the toolkit."""
+        """gzip is the engine's own push on any store; zstd is, too, on the containerd store only."""
         return self.format == "gzip"
 
     @property
