@@ -184,9 +184,11 @@ our_pid() {
 
 start() {
     if engine_answers; then
-        say "already running: $(docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}, cgroup {{.CgroupDriver}}') ($(store_of_engine) image store)"
-        if [ "$(store_of_engine)" != "$IMAGE_STORE" ]; then
-            say "note: ENGINE_IMAGE_STORE=$IMAGE_STORE, but this engine uses the $(store_of_engine) store; stop it first to switch"
+        local running
+        running="$(store_of_engine)"
+        say "already running: $(docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}, cgroup {{.CgroupDriver}}') ($running image store)"
+        if [ "$running" != "$IMAGE_STORE" ]; then
+            say "note: ENGINE_IMAGE_STORE=$IMAGE_STORE, but this engine uses the $running store; stop it first to switch"
         fi
         return 0
     fi

@@ -12,7 +12,7 @@ from pathlib import Path
 from registry_process import REPO
 from xla_images import names
 from xla_images.generate.plan import load_plan
-from xla_images.model.compression import DEFAULT_ZSTD_LEVEL, Compression
+from xla_images.model.compression import parse_compression
 from xla_images.model.flavour import Flavour
 from xla_images.run import engine, publish
 
@@ -70,7 +70,7 @@ def build_image(context: Path, flavour: Flavour, megabytes: tuple[int, ...], com
     lines.append(f"LABEL {names.FLAVOUR_ID_LABEL}={flavour.id} io.xla-images.tag={flavour.tag}")
     (context / "Dockerfile").write_text("\n".join(lines) + "\n", encoding="utf-8")
     if engine.connection.image_store() == "containerd":
-        export = Compression(compression, DEFAULT_ZSTD_LEVEL if compression == "zstd" else None)
+        export = parse_compression({"format": compression}, "build_image")  # the site's default level
         image_id = engine.buildkit.BuildKitBuild(context, {}, export=export).run(lambda line: None)
         engine.images.tag_image(image_id, names.LOCAL_REPOSITORY, flavour.tag)
         return image_id

@@ -27,6 +27,7 @@ from typing import Callable
 
 from ...errors import Failure
 from ...model.compression import Compression
+from ...model.published import is_digest
 from . import builds, connection
 
 
@@ -185,7 +186,7 @@ def _manifest_digest(path: Path) -> str:
         digest = json.loads(path.read_text()).get("containerimage.digest", "")
     except (OSError, ValueError, AttributeError):
         return ""
-    return digest if isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) else ""
+    return digest if is_digest(digest) else ""
 
 
 def run_buildx(command: list[str], on_line: connection.LineSink, started: Callable | None = None) -> str | None:

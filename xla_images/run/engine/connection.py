@@ -67,6 +67,7 @@ def engine_info() -> dict:
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"  # `docker info`'s driver-type under the containerd store
 
 
+@functools.lru_cache(maxsize=1)
 def image_store() -> str:
     """`containerd` when the engine keeps images in containerd's content store (dockerd's containerd-snapshotter
     feature), else `classic` (a graph driver such as overlay2).
@@ -74,7 +75,7 @@ def image_store() -> str:
     It decides what a build exports and who pushes: the containerd store keeps each layer as compressed blobs
     (BuildKit writes them in the site's compression, the engine pushes them as they are) and names an image by
     its manifest digest; the classic store keeps layers uncompressed, names an image by its config digest and
-    pushes gzip only.
+    pushes gzip only. Asked once per process: an engine changes store only when restarted.
     """
     status = engine_info().get("DriverStatus") or []
     kinds = {str(pair[1]) for pair in status if isinstance(pair, (list, tuple)) and len(pair) == 2
