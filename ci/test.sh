@@ -19,4 +19,5 @@ bash ci/setup.sh
 trap 'bash ci/cleanup.sh' EXIT
 
 export XLA_IMAGES_TEST_CLEANUP="${XLA_IMAGES_TEST_CLEANUP:-1}"
-"$VENV/bin/python" -m pytest tests -p no:cacheprovider "$@"
+# The slowest tests are listed at the end: where CI's minutes go, on every run.
+"$VENV/bin/python" -m pytest tests -p no:cacheprovider --durations=25 "$@"

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -239,6 +240,8 @@ def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, danglin
     assert project.image_id(version) == good
     assert engine.images.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == flavour.id
     assert not dangling_images()
+    # The build context (a temp dir with the wheels) goes with the interrupted build too.
+    assert not list(Path(tempfile.gettempdir()).glob(f"xla-images-context-{changed.tag}-*"))
 
 
 def _wait_for_step(log: Path, words: str, process: subprocess.Popen, timeout: float = 300) -> None:
