@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""Cold push and cold pull of one flavour per layer compression and image store, side by side in one run. Prints
-figures; asserts nothing.
+"""Build, cold push and cold pull of one flavour per layer compression and image store, side by side in one run.
+Prints figures; asserts nothing.
 
-    python benchmarks/bench_pull.py [TAG] [--rounds N] [--no-mirror] [--no-push]
+    python benchmarks/bench_pull.py [TAG] [--rounds N] [--no-build] [--no-mirror] [--no-push]
 
-TAG defaults to r2.9.0_3.11_cpu and must be built on the main engine (`build.py build TAG`) as the project installs
-it: dockerd with the containerd image store, so the build stored its layers as zstd (the default compression).
+TAG defaults to r2.9.0_3.11_cpu. The main engine must be the one the project installs: dockerd with the containerd
+image store, whose builds store their layers as zstd (the default compression). The benchmark builds TAG there
+(with --no-build it must be built already: `build.py build TAG`).
 Everything else is made here and removed at the end: two registries on free 127.0.0.1 ports (ci/registry.sh,
 state in a temp dir), a second engine (a dockerd via ci/engine.sh with its own data root, bridge and socket,
 restarted with either image store and with or without `unpigz` while the main engine keeps working), and a
 pull-through cache.
 
-Push (each into an emptied registry, alternating order):
-  gzip   today's publication: the image loaded into the second engine with the classic image store (overlay2),
-         pushed by it (dockerd compresses every layer with gzip on one core, as `docker push` always did)
-  zstd   the default publication: the main engine pushes the zstd blobs its build stored (no compression pass)
+Build, then push (each build `build TAG --force --prune-cache`: every step again, wheels from the index; each push
+into an emptied registry; the two pipelines alternate order per round):
+  gzip   today's publication: built on the second engine with the classic image store (overlay2; its build
+         compresses nothing), pushed by it (dockerd compresses every layer with gzip on one core, as `docker push`
+         always did)
+  zstd   the default publication: built on the main engine (containerd store; the build exports its layers as
+         zstd), which pushes the blobs its build stored (no compression pass)
+With --no-build the image is loaded into the classic engine instead, and only the pushes are timed.
 
 Pull (on the second engine, every image and the build cache removed and the page cache dropped before each; order
 alternates per round; each pulled image then runs `import torch_xla`):
@@ -53,10 +58,12 @@ from xla_images.model.compression import Compression  # noqa: E402
 from xla_images.model.registry import Registry  # noqa: E402
 from xla_images.names import local_ref  # noqa: E402
 from xla_images.run import engine as main_engine, publish, registry as registries  # noqa: E402
+from xla_images.run.build import choose_base  # noqa: E402
 
 REPOSITORY = "xla-images-bench"
 BRIDGE = "xlabench0"
 BRIDGE_ADDRESS = "172.31.254.1/24"
+BRIDGE_SUBNET = "172.31.254.0/24"
 
 
 def free_port() -> int:
@@ -152,18 +159,43 @@ class PullEngine:
         return seconds
 
 
+# The second engine runs with --iptables=false (its rules would fight the main engine's): these let its build
+# steps reach the package index, as the main engine's own rules do for docker0. Inserted first, deleted on exit.
+FORWARD_RULES = ([["-t", "nat", "{}", "POSTROUTING", "-s", BRIDGE_SUBNET, "!", "-o", BRIDGE, "-j", "MASQUERADE"]]
+                 + [["{}", "FORWARD", "-i", BRIDGE, "!", "-o", BRIDGE, "-j", "ACCEPT"],
+                    ["{}", "FORWARD", "-o", BRIDGE, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
+                     "-j", "ACCEPT"]])
+
+
 @contextlib.contextmanager
-def bridge() -> Iterator[None]:
+def bridge(outbound: bool) -> Iterator[None]:
     made = subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0
     if made:
         run(["ip", "link", "add", BRIDGE, "type", "bridge"])
         run(["ip", "addr", "add", BRIDGE_ADDRESS, "dev", BRIDGE])
         run(["ip", "link", "set", BRIDGE, "up"])
+    added = []
     try:
+        for rule in FORWARD_RULES if outbound else []:
+            run(["iptables", *[part.format("-I") for part in rule]])
+            added.append(rule)
         yield
     finally:
+        for rule in added:
+            run(["iptables", *[part.format("-D") for part in rule]], check=False)
         if made:
             run(["ip", "link", "delete", BRIDGE], check=False)
+
+
+def build(tag: str, reports: Path, docker_host: str | None = None) -> tuple[float, str]:
+    """`build TAG --force --prune-cache` on the main engine, or on the one at docker_host; its time and image id."""
+    env = {"DOCKER_HOST": docker_host} if docker_host else {}
+    started = time.monotonic()
+    run([sys.executable, str(REPO / "build.py"), "build", tag, "--force", "--prune-cache", "--reports",
+         str(reports)], env)
+    seconds = time.monotonic() - started
+    image_id = run(["docker", "image", "inspect", "--format", "{{.Id}}", local_ref(tag)], env).strip()
+    return seconds, image_id
 
 
 def push_zstd(flavour, registry: Registry, registries_: Registries, port: int) -> tuple[float, int]:
@@ -179,7 +211,7 @@ def push_zstd(flavour, registry: Registry, registries_: Registries, port: int) -
 
 def push_gzip(engine: "PullEngine", image: str, registry: Registry, tag: str, registries_: Registries,
               port: int) -> tuple[float, int]:
-    """Today's publication: the classic store's own push (gzip on one core), of the image loaded into it."""
+    """Today's publication: the classic store's own push (gzip on one core) of the image it holds."""
     registries_.script("wipe", port)
     engine.use(True, "classic")
     engine.docker("tag", image, f"{registry.name}:{tag}")
@@ -191,7 +223,8 @@ def push_gzip(engine: "PullEngine", image: str, registry: Registry, tag: str, re
 
 
 def load_into_classic(engine: "PullEngine", image: str) -> None:
-    """`docker save` on the main engine into `docker load` on the classic one (the image the gzip push sends)."""
+    """`docker save` on the main engine into `docker load` on the classic one: the image the gzip push sends, or
+    the base its build starts from (Docker Hub is out of reach)."""
     engine.use(True, "classic")
     started = time.monotonic()
     saver = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
@@ -218,6 +251,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tag", nargs="?", default="r2.9.0_3.11_cpu")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-build", action="store_true",
+                        help="time no build: load the main engine's image into the classic engine instead")
     parser.add_argument("--no-mirror", action="store_true", help="skip the pull-through cache case")
     parser.add_argument("--no-push", action="store_true", help="push once each (pulls only: the push is untimed)")
     args = parser.parse_args()
@@ -229,9 +264,11 @@ def main() -> int:
         raise SystemExit(f"no flavour {args.tag} in matrix.yaml")
     if main_engine.connection.image_store() != "containerd":
         raise SystemExit("the main engine must be the project's (ci/engine.sh start: containerd image store)")
+    timed_builds = not (args.no_build or args.no_push)
     state = Path(tempfile.mkdtemp(prefix="xla-bench-pull-", dir="/var/tmp"))
     regs = Registries(state / "registries")
     engine = PullEngine(state / "engine")
+    builds: dict[str, list[float]] = {"gzip": [], "zstd": []}
     pushes: dict[str, list[float]] = {"gzip": [], "zstd": []}
     pulls: dict[str, list[float]] = {}
     try:
@@ -239,12 +276,21 @@ def main() -> int:
         where = {name: Registry.parse(f"127.0.0.1:{port}/{REPOSITORY}") for name, port in ports.items()}
         print(f"{args.tag}: {local_ref(args.tag)}; registries gzip :{ports['gzip']}, zstd :{ports['zstd']}",
               flush=True)
-        with bridge():
-            load_into_classic(engine, local_ref(args.tag))
+        with bridge(outbound=timed_builds):
+            load_into_classic(engine, choose_base(flavour.python, flavour.base_image) if timed_builds
+                              else local_ref(args.tag))
             push_rounds = 1 if args.no_push else args.rounds
             for round_ in range(push_rounds):
                 order = ["gzip", "zstd"]
                 for name in (order if round_ % 2 == 0 else order[::-1]):
+                    if timed_builds:
+                        engine.use(True, "classic")
+                        seconds, image_id = build(args.tag, state / "reports",
+                                                  engine.socket if name == "gzip" else None)
+                        builds[name].append(seconds)
+                        store = "classic" if name == "gzip" else "containerd"
+                        print(f"  round {round_ + 1} build, {store} store: {seconds:.1f} s ({image_id[7:19]})",
+                              flush=True)
                     if name == "gzip":
                         seconds, sent = push_gzip(engine, local_ref(args.tag), where[name], args.tag, regs,
                                                   ports[name])
@@ -265,7 +311,7 @@ def main() -> int:
                     digest = sizes[name][0]
                     pulls.setdefault(label, []).append(engine.pull(f"{where[name].name}@{digest}"))
             mirror_lines = [] if args.no_mirror else mirror_case(regs, ports["zstd"], sizes["zstd"][0], engine)
-        report(args.tag, pushes, pulls, sizes, mirror_lines, args.no_push)
+        report(args.tag, builds, pushes, pulls, sizes, mirror_lines, args.no_push)
     finally:
         engine.stop()
         regs.stop_all()
@@ -287,12 +333,23 @@ def mirror_case(regs: Registries, origin_port: int, digest: str, engine: PullEng
     return lines
 
 
-def report(tag: str, pushes: dict[str, list[float]], pulls: dict[str, list[float]],
-           sizes: dict[str, tuple[str, int]], mirror_lines: list[str], no_push: bool) -> None:
+def report(tag: str, builds: dict[str, list[float]], pushes: dict[str, list[float]],
+           pulls: dict[str, list[float]], sizes: dict[str, tuple[str, int]], mirror_lines: list[str],
+           no_push: bool) -> None:
     def median(values: list[float]) -> float:
         return statistics.median(values)
 
     print(f"\n{tag}: layers on the wire: gzip {sizes['gzip'][1] / 1e6:,.0f} MB, zstd {sizes['zstd'][1] / 1e6:,.0f} MB")
+    if builds["gzip"]:
+        print("\n| build, then push | build runs (s) | push runs (s) | median build + median push |\n|---|---|---|---|")
+        for name, label in (("gzip", "classic store, gzip (today's)"), ("zstd", "containerd store, zstd")):
+            print(f"| {label} | {' '.join(f'{v:.1f}' for v in builds[name])} | "
+                  f"{' '.join(f'{v:.1f}' for v in pushes[name])} | "
+                  f"{median(builds[name]):.1f} + {median(pushes[name]):.1f} = "
+                  f"{median(builds[name]) + median(pushes[name]):.1f} s |")
+        ratio = (median(builds["zstd"]) + median(pushes["zstd"])) / (median(builds["gzip"]) + median(pushes["gzip"]))
+        print(f"build + push, zstd on the containerd store / gzip on the classic store: {ratio:.2f}x; "
+              f"the build alone: {median(builds['zstd']) / median(builds['gzip']):.2f}x")
     if not no_push:
         print("\n| cold push | runs (s) | median |\n|---|---|---|")
         for name, values in pushes.items():
@@ -309,7 +366,7 @@ def report(tag: str, pushes: dict[str, list[float]], pulls: dict[str, list[float
     if mirror_lines:
         print("\n| through the cache | pull | origin |\n|---|---|---|")
         print("\n".join(mirror_lines))
-    print(json.dumps({"pushes": pushes, "pulls": pulls,
+    print(json.dumps({"builds": builds, "pushes": pushes, "pulls": pulls,
                       "bytes": {name: size for name, (_, size) in sizes.items()}}))
 
 

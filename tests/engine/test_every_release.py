@@ -58,7 +58,6 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("flavour", one_flavour_per_release(), ids=lambda flavour: flavour.tag)
 def test_release_builds_and_passes_checks_and_smoke(flavour: Flavour, no_leaked_containers) -> None:
-    ref = names.local_ref(flavour.tag)
     try:
         built = cli("build", flavour.tag, "--prune-cache")
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
@@ -68,5 +67,15 @@ def test_release_builds_and_passes_checks_and_smoke(flavour: Flavour, no_leaked_
         no_leaked_containers()
     finally:
         if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
-            engine.images.remove_image(ref)
+            remove_every_name(flavour)
             engine.builds.prune_build_cache()
+
+
+def remove_every_name(flavour: Flavour) -> None:
+    """The flavour's tag and its aliases (r2.7_3.11_cpu...), then the image: an alias left behind would keep
+    the whole image on disk while the next release builds."""
+    attrs = engine.images.image_inspect(names.local_ref(flavour.tag))
+    for name in flavour.tags:
+        engine.images.remove_tag(names.local_ref(name))
+    if attrs is not None:
+        engine.images.remove_if_unnamed(attrs["Id"])
