@@ -21,10 +21,10 @@
 # The image store: `containerd` (the default) keeps images in containerd's content store, each layer as the
 # compressed blob a build exported or a pull fetched, and unpacks them with its overlayfs snapshotter. Builds then
 # write layers in the site's compression (zstd by default) and the engine pushes those blobs as they are; a cold
-# pull of the 7.65 GB torch_xla 2.9 image took 0.57x the time of its gzip on the same store, and 0.40x that of gzip
-# on the classic store without unpigz, here (docs/pulls.md). `classic` is dockerd's graph-driver store (overlay2), which most installed engines still use:
-# the toolkit supports both. Switching stores hides the other store's images (they stay on disk) until switched
-# back.
+# pull of the 7.65 GB torch_xla 2.9 image took 0.61x the time of its gzip on the same store, and 0.46x that of gzip
+# on the classic store without unpigz, here (docs/pulls.md). `classic` is dockerd's graph-driver store (overlay2),
+# which most installed engines still use: the toolkit supports both. Switching stores hides the other store's
+# images (they stay on disk) until switched back.
 #
 # Why reap: with BuildKit on the overlay2 graph driver, every layer a build exports that the image store already
 # holds (a rebuild of the same flavour, the cpu and tpu flavours' shared layers, a reproducibility check) leaves

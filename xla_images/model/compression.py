@@ -40,7 +40,8 @@ class Compression:
 
     @property
     def by_engine(self) -> bool:
-        """gzip is the engine's own push on any store; zstd is, too, on the containerd store only."""
+        """gzip is always the engine's own push. (zstd is, too, where the engine's image store keeps layers
+        compressed: the containerd store, which the run layer asks the engine about.)"""
         return self.format == "gzip"
 
     @property
