@@ -61,3 +61,17 @@ def test_doctor_without_an_engine_names_the_engine_script(tmp_path: Path) -> Non
     assert _line(result.stdout, "engine").startswith("missing")
     assert "ci/engine.sh start" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_doctor_says_where_each_compression_is_done_on_this_engine() -> None:
+    """On the containerd store the build compresses either format and the engine pushes the stored blobs; on the
+    classic store the engine gzips at push and the toolkit compresses zstd."""
+    from xla_images.run.engine import connection
+
+    containerd = connection.image_store() == "containerd"
+    for layer_format, classic_words in (("gzip", "the engine compresses at push"), ("zstd", "compressed here")):
+        result = _doctor("--set", f"compression.format={layer_format}")
+        line = _line(result.stdout, "layer compression")
+        assert line.startswith("ok") and f"{layer_format}" in line, line
+        expected = "builds store them compressed so" if containerd else classic_words
+        assert expected in line, line

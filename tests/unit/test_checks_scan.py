@@ -6,10 +6,13 @@ import hashlib
 import io
 import json
 import tarfile
+import threading
+from typing import Iterator
 
 import pytest
 import zstandard
 
+from xla_images.errors import Failure
 from xla_images.run import checks
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB-proxy-ca\n-----END CERTIFICATE-----\n"
@@ -109,6 +112,53 @@ def test_credentials_files_and_url_logins() -> None:
     found = {(f.path, f.problem) for f in checks.scan_saved_image(chunks(image), CA).findings}
     assert found == {("root/.docker/config.json", "credentials-file"), ("home/ci/.pypirc", "credentials-file"),
                      ("etc/apt/auth.conf.d/x.conf", "url-credentials")}
+
+
+# --- the scan beside the smoke suite ---------------------------------------------------------------------
+
+def scan_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "xla-images-layer-scan"]
+
+
+def test_background_scan_finds_what_the_scan_in_place_finds(tmp_path) -> None:
+    image = saved_image([layer({"etc/ok": b"x"}), layer({"usr/share/renamed.pem": CA, "tmp/pip/pip.conf": b""})])
+    (tmp_path / "ca.crt").write_bytes(CA)
+    background = checks.BackgroundLayerScan(iter(chunks(image)), tmp_path / "ca.crt")
+    assert background.result() == checks.scan_saved_image(chunks(image), CA)
+    assert background.result().of("ca-bundle")  # asked twice, the same result
+
+
+def test_background_scan_hands_its_failure_to_whoever_asks() -> None:
+    def failing_export() -> Iterator[bytes]:
+        yield saved_image([layer({"etc/ok": b"x"})])[:1024]
+        raise Failure("cannot export xla-images:r9.9.9_3.11_cpu: no space left on device", rule="engine-save")
+
+    background = checks.BackgroundLayerScan(failing_export(), None)
+    with pytest.raises(Failure) as raised:
+        background.result()
+    assert raised.value.rule == "engine-save"
+
+
+def test_stopped_background_scan_ends_and_lets_go_of_the_export() -> None:
+    """An export that would never end (a member larger than any disk): stop() ends the thread and closes the
+    export's stream, as on Ctrl-C during the smoke suite."""
+    released = threading.Event()
+    header = tarfile.TarInfo("blobs/sha256/" + "a" * 64)
+    header.size = 1 << 40
+
+    def endless_export() -> Iterator[bytes]:
+        try:
+            yield header.tobuf()
+            while True:
+                yield bytes(1 << 16)
+        finally:
+            released.set()
+
+    background = checks.BackgroundLayerScan(endless_export(), None)
+    assert scan_threads()
+    background.stop()
+    assert not scan_threads()
+    assert released.is_set()
 
 
 def test_metadata_scan_flags_secrets_in_labels_env_and_history() -> None:

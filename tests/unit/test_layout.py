@@ -128,3 +128,62 @@ def test_wheel_paths_map_to_where_pip_installs_them() -> None:
     plan = layers.plan(["torch", "torch-xla"], dists, set(dists), site)
     assert plan.groups["torch-any"] == ["sympy"] and plan.relocated == ["sympy"]
     assert layers.check(plan, {Path("/opt/venv") / path: kind for path, kind in layout.VENV_SKELETON.items()}) == []
+
+
+# --- verdicts cached by what they depend on ---------------------------------------------------------------
+
+CLASH = wheel_bytes("clash", "1.0", {"torch": b"a file where torch's package directory is"})
+
+
+class LockedFlavour:
+    tag = "r9.0.0_3.11_cpu"
+    python = "3.11"
+    requirements = ("torch==9.0", "torch_xla==9.0")
+
+    def __init__(self, source: WheelSource) -> None:
+        self.wheel_source = source
+
+
+def write_lock(path: Path, wheels: dict[str, bytes]) -> Path:
+    lines = ["# inputs: sha256:" + "0" * 64]
+    for filename, data in wheels.items():
+        name, version = filename.split("-")[:2]
+        lines.append(f"{name}=={version} --hash=sha256:{hashlib.sha256(data).hexdigest()}  # {filename}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def verdicts(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "cache" / layout.VERDICTS).glob("*.json"))
+
+
+def test_a_verdict_is_kept_by_its_inputs_and_reused_without_the_wheels(index: str, tmp_path: Path) -> None:
+    flavour = LockedFlavour(WheelSource("test", index_url=index))
+    clean = write_lock(tmp_path / "clean.lock", {"torch-9.0-cp311-cp311-linux_x86_64.whl": TORCH,
+                                                 "sympy-1.0-py3-none-any.whl": SYMPY})
+    first = layout.check_flavour(flavour, clean, layout.WheelFinder(FakeSite()))
+    assert first.checked and first.problems == () and len(verdicts(tmp_path)) == 1
+    (tmp_path / "cache" / "wheel-facts").rename(tmp_path / "facts-gone")
+    FakeIndex.requests.clear()
+    again = layout.check_flavour(flavour, clean, layout.WheelFinder(FakeSite(), offline=True))
+    assert again == first and not FakeIndex.requests, "the kept verdict needs neither the facts nor the index"
+    # Another python is another key: offline, without the facts, it is not checked (and nothing is kept).
+    flavour.python = "3.12"
+    assert not layout.check_flavour(flavour, clean, layout.WheelFinder(FakeSite(), offline=True)).checked
+    assert len(verdicts(tmp_path)) == 1
+
+
+def test_a_kept_verdict_keeps_its_problems_and_a_damaged_one_is_checked_again(index: str, tmp_path: Path) -> None:
+    serve(index.removesuffix("/simple"), {"clash-1.0-py3-none-any.whl": CLASH})
+    flavour = LockedFlavour(WheelSource("test", index_url=index))
+    lock = write_lock(tmp_path / "clash.lock", {"torch-9.0-cp311-cp311-linux_x86_64.whl": TORCH,
+                                                "sympy-1.0-py3-none-any.whl": SYMPY,
+                                                "clash-1.0-py3-none-any.whl": CLASH})
+    found = layout.check_flavour(flavour, lock, layout.WheelFinder(FakeSite()))
+    assert found.checked and any("torch" in problem for problem in found.problems), found
+    assert layout.check_flavour(flavour, lock, layout.WheelFinder(FakeSite(), offline=True)) == found
+    (kept,) = verdicts(tmp_path)
+    for damage in ('{"version": 1, "problems": "none"}', "not json", '{"version": 99, "problems": []}'):
+        kept.write_text(damage)
+        assert layout.check_flavour(flavour, lock, layout.WheelFinder(FakeSite())) == found, damage
+        assert json.loads(kept.read_text())["problems"] == list(found.problems)

@@ -203,11 +203,12 @@ def check_disk(flavours: int, engine_up: bool) -> Item:
 def check_compression(compression: Compression, engine_up: bool) -> Item:
     """What `push` makes, who can pull it, and whether this host has the compressor and a puller for it."""
     detail = f"{compression.describe()}: pullable by {OLDEST_PULLERS[compression.format]}"
-    if compression.by_engine:
-        return Item("layer compression", Status.OK, detail + "; the engine compresses at push", required=False)
     if engine_up and engine.connection.image_store() == "containerd":
+        # Either format: the build's export compresses, the push sends the stored blobs.
         return Item("layer compression", Status.OK, detail + "; builds store them compressed so, and the engine "
                     "pushes them as they are", required=False)
+    if compression.by_engine:
+        return Item("layer compression", Status.OK, detail + "; the engine compresses at push", required=False)
     if shutil.which("zstd") is None:
         return Item("layer compression", Status.MISSING, detail + "; `zstd` is not installed to compress them",
                     "sudo ci/engine.sh install (or set compression.format=gzip)", required=False)

@@ -1,10 +1,14 @@
 """`build.py test`: per flavour, the image checks, the smoke suite and the SBOM, against its built image.
 
-For each flavour, in order: its image must be built (`xla-images:<tag>`); the image checks run (run.checks,
-reports/<tag>/checks.xml and checks.json); unless only the checks were asked for, the smoke suite runs in a
-fresh container (run.smoke_runner, reports/<tag>/smoke.json and smoke.xml); then its SBOM is written
-(run.sbom, reports/<tag>/sbom.cdx.json). A failure of one flavour does not stop the others: the report says
-which failed and why, and the command line prints it.
+For each flavour, in order: its image must be built (`xla-images:<tag>`); unless only the checks were asked
+for, the smoke suite runs in a fresh container (run.smoke_runner, reports/<tag>/smoke.json and smoke.xml) while
+the checks' layer scan reads `docker save` beside it; the image checks run (run.checks, reports/<tag>/checks.xml
+and checks.json); then its SBOM is written (run.sbom, reports/<tag>/sbom.cdx.json). A failure of one flavour
+does not stop the others: the report says which failed and why, and the command line prints it.
+
+Why the smoke suite comes first: the layer scan waits on the disk (`docker save`, about a minute for an 8 GB
+image), the smoke suite on the CPU, so the one runs beside the other; the checks then take their scan's result.
+Neither result gates the other, so the order changes no verdict.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from typing import Callable
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..model.target import Target
-from . import checks, sbom as sboms, smoke_runner
+from . import checks, engine, sbom as sboms, smoke_runner
 from .build import require_built
 
 Say = Callable[[str], None]
@@ -53,14 +57,23 @@ def run_image_tests(plan: Plan, flavours: list[Target], options: ImageTestOption
     for flavour in flavours:
         image = require_built(flavour)
         report_dir = reports_root / flavour.tag
-        say(f"== {flavour.tag}: image checks on {image}")
-        checked = checks.run(checks.CheckTarget(flavour, image, ca_bundle, options.tpu), report_dir,
-                             keyword=options.keyword, quiet=True)
-        smoked = None
-        if not options.checks_only:
-            say(f"== {flavour.tag}: smoke suite ({'TPU' if options.tpu else 'PJRT CPU'})")
-            smoked = smoke_runner.run(flavour, image, report_dir, tpu=options.tpu,
-                                      layers=[options.layers] if options.layers else None, on_line=on_smoke_line)
+        smoked, scan = None, None
+        try:
+            if not options.checks_only:
+                # With -k the checks may not scan the layers at all: then they scan on demand, if they do.
+                scan = None if options.keyword else checks.BackgroundLayerScan(
+                    engine.images.save_image_stream(image), ca_bundle)
+                say(f"== {flavour.tag}: smoke suite ({'TPU' if options.tpu else 'PJRT CPU'})"
+                    + (", the layer scan beside it" if scan else ""))
+                smoked = smoke_runner.run(flavour, image, report_dir, tpu=options.tpu,
+                                          layers=[options.layers] if options.layers else None,
+                                          on_line=on_smoke_line)
+            say(f"== {flavour.tag}: image checks on {image}")
+            checked = checks.run(checks.CheckTarget(flavour, image, ca_bundle, options.tpu, layer_scan=scan),
+                                 report_dir, keyword=options.keyword, quiet=True)
+        finally:
+            if scan is not None:
+                scan.stop()  # already done unless the smoke suite or the checks were cut short
         sbom_error = None
         try:
             say(f"== {flavour.tag}: SBOM {sboms.write_report(plan, flavour, image, report_dir, say)}")
