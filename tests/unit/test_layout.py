@@ -183,7 +183,8 @@ def test_a_kept_verdict_keeps_its_problems_and_a_damaged_one_is_checked_again(in
     assert found.checked and any("torch" in problem for problem in found.problems), found
     assert layout.check_flavour(flavour, lock, layout.WheelFinder(FakeSite(), offline=True)) == found
     (kept,) = verdicts(tmp_path)
-    for damage in ('{"version": 1, "problems": "none"}', "not json", '{"version": 99, "problems": []}'):
+    for damage in ('{"version": 1, "problems": "none"}', "not json", '{"version": 99, "problems": []}',
+                   "[" * 100_000):
         kept.write_text(damage)
         assert layout.check_flavour(flavour, lock, layout.WheelFinder(FakeSite())) == found, damage
         assert json.loads(kept.read_text())["problems"] == list(found.problems)
