@@ -4,14 +4,19 @@
     python benchmarks/bench_render.py [--matrix matrix.yaml] [--repeat 5]
 
 Phases: load_plan (parse + validate matrix.yaml and site settings, render every flavour, content-address ids),
-render_flavour alone over every flavour (the templates, warm), and render --check (compare with the disk, no
-network). The first load includes importing and compiling the Jinja templates.
+render_flavour alone over every flavour (the templates, warm), render --check (compare with the disk, no
+network), and the layer layouts render --check also checks: planned and checked from the wheels' cached facts
+(a scratch cache holding a copy of this host's wheel facts, no verdicts), then answered from the verdicts that
+first run kept. The first load includes importing and compiling the Jinja templates.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 from xla_images.generate import render  # noqa: E402
 from xla_images.generate import sync
 from xla_images.generate.plan import load_plan  # noqa: E402
+from xla_images.cache import CACHE_ENV, cache_dir  # noqa: E402
+from xla_images.run import layout  # noqa: E402
 
 
 def timed(function, repeat: int) -> tuple[float, list[float], object]:
@@ -56,7 +63,32 @@ def main() -> None:
     median, runs, findings = timed(lambda: sync.check(plan), args.repeat)
     print(f"render --check (disk compare, lock inputs), median:       {median * 1000:8.1f} ms "
           f"({len(findings)} finding(s))")
+    bench_layouts(plan, args.repeat)
     print(f"target: validate + render under 1000 ms -> {'met' if cold < 1.0 else 'NOT met'} (cold {cold * 1000:.0f} ms)")
+
+
+def bench_layouts(plan, repeat: int) -> None:
+    facts = cache_dir() / "wheel-facts"
+    previous = os.environ.get(CACHE_ENV)
+    with tempfile.TemporaryDirectory(prefix="xla-images-bench-render-") as scratch:
+        if facts.is_dir():
+            shutil.copytree(facts, Path(scratch) / "wheel-facts")
+        os.environ[CACHE_ENV] = scratch
+        try:
+            started = time.perf_counter()
+            results = layout.check_locks(plan, plan.flavours, offline=True)
+            planned = time.perf_counter() - started
+            median, runs, _ = timed(lambda: layout.check_locks(plan, plan.flavours, offline=True), repeat)
+        finally:
+            if previous is None:
+                os.environ.pop(CACHE_ENV, None)
+            else:
+                os.environ[CACHE_ENV] = previous
+    checked = sum(result.checked for result in results)
+    print(f"layer layouts: {checked} of {len(results)} locks checkable offline here")
+    print(f"layer layouts planned + checked from cached facts:          {planned * 1000:8.1f} ms")
+    print(f"layer layouts answered from kept verdicts, median of {len(runs)}:    {median * 1000:8.1f} ms "
+          f"({planned / median:.0f}x)")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ whose image no longer builds (2.7.0 and 2.8.1 did not, once: a lock upgrading th
 path two shapes in two layers) fails CI instead of a user. The flavours are chosen from the matrix, not
 listed: per release, its default-ABI cpu flavour of `defaults.latest_python` (else its lowest python).
 
-Cost on the 2-core CI machine, per release: build ~2 min (the wheels come from the index), checks ~1 min, smoke
-suite ~1-2 min with a 16-layer compile check (the suite's default is 32; 2.7 and 2.8 compile the unrolled loop
-3x slower than 2.9, and 16 layers still shows scan_layers winning by 5x and more). Disk: one image at a time --
+Cost on the 2-core CI machine, per release: build ~3 min on the containerd store (the wheels come from the
+index), then the smoke suite ~1-2 min with a 16-layer compile check (the suite's default is 32; 2.7 and 2.8
+compile the unrolled loop 3x slower than 2.9, and 16 layers still shows scan_layers winning by 5x and more) with
+the checks' layer scan beside it, then the other checks, seconds. Disk: one image at a time --
 each is removed, with its build cache, before the next is built.
 """
 from __future__ import annotations
