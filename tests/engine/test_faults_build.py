@@ -243,7 +243,7 @@ def test_full_disk_under_published_json_keeps_the_old_file(project, full_disk: P
 
 def _role_containers(session_id: str, role: str) -> list[dict]:
     return [item for item in session_containers(session_id)
-            if any(name.lstrip("/").startswith(f"xla-images-{role}-") for name in item.get("Names") or [])]
+            if (item.get("Labels") or {}).get(engine.containers.CREATED_BY_LABEL) == role]
 
 
 @pytest.mark.parametrize("phase", ["smoke", "checks"])

@@ -142,6 +142,11 @@ def scan_saved_image(chunks: Iterable[bytes], ca_bundle: bytes | None) -> LayerS
     return scan
 
 
+def scan_image_layers(chunks: Iterable[bytes], ca_bundle: Path | None) -> LayerScan:
+    """`scan_saved_image` against the site's CA bundle file (None: no bundle configured)."""
+    return scan_saved_image(chunks, ca_bundle.read_bytes() if ca_bundle else None)
+
+
 class BackgroundLayerScan:
     """`scan_saved_image` of one image on a thread of its own, so its wait on `docker save` (disk-bound: the
     containerd store reads its blobs at the disk's cold-read speed, ~1 minute for r2.9.0 here) overlaps with
@@ -161,8 +166,7 @@ class BackgroundLayerScan:
 
     def _run(self) -> None:
         try:
-            ca = self._ca_bundle.read_bytes() if self._ca_bundle else None
-            self._scan = scan_saved_image(self._until_stopped(), ca)
+            self._scan = scan_image_layers(self._until_stopped(), self._ca_bundle)
         except BaseException as error:  # handed to whoever asks for the result, on their thread
             self._error = error
         finally:

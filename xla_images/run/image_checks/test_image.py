@@ -84,8 +84,7 @@ def installed(host: testinfra.host.Host) -> dict[str, str | None]:
 def layer_scan(target: CheckTarget) -> LayerScan:
     if target.layer_scan is not None:
         return target.layer_scan.result()  # started before the checks, beside the smoke suite
-    ca = target.ca_bundle.read_bytes() if target.ca_bundle else None
-    return checks.scan_saved_image(engine.images.save_image_stream(target.image), ca)
+    return checks.scan_image_layers(engine.images.save_image_stream(target.image), target.ca_bundle)
 
 
 def _python(host: testinfra.host.Host, program: str) -> str:
