@@ -46,6 +46,10 @@ SOURCE_DATE_EPOCH = 315532800
 
 # The wheels stage runs xla_images/layers.py under this name (the build context holds a copy).
 SPLIT_SCRIPT = "split_layers.py"
+# ... and installs the lock with xla_images/wheel_install.py under this name, downloading into INSTALL_WORK (removed
+# in the same step, so no layer holds the downloads).
+INSTALL_SCRIPT = "install_wheels.py"
+INSTALL_WORK = "/tmp/install-wheels"
 CONTEXT_PIP_DIR = "pip"
 CONTEXT_WHEELHOUSE = "wheelhouse"
 IMAGE_PIP_DIR = "/tmp/pip"

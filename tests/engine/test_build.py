@@ -20,6 +20,7 @@ import pytest
 from reporters import QuietReporter
 from save_scan import scan
 from xla_images import names, resources
+from xla_images.generate.plan import BUILD_SCRIPTS
 from xla_images.run import build, context as build_context, engine
 from xla_images.run.build import BuildOptions, Outcome
 
@@ -139,7 +140,8 @@ def test_context_holds_what_the_dockerfile_expects_and_ca_bundle_option_wins(mak
     assert not (context / "pip").exists()
     assert (secrets / "ca.crt").read_bytes() == other_ca.read_bytes()
     assert build_context.context_secrets(context) == {"ca.crt": secrets / "ca.crt", "pip.conf": secrets / "pip.conf"}
-    assert (context / "split_layers.py").is_file()
+    for name, source in BUILD_SCRIPTS.items():
+        assert (context / name).read_bytes() == source.read_bytes()
     conf = (secrets / "pip.conf").read_text()
     assert "cert = /tmp/pip/ca.crt" in conf and "no-index = true" in conf
     assert sorted(path.name for path in (context / "wheelhouse").iterdir()) == [
@@ -227,7 +229,7 @@ def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, danglin
     log.unlink()
     process = project.popen("build", changed.tag)
     try:
-        _wait_for_step(log, "pip install", process)
+        _wait_for_step(log, "install_wheels.py", process)
         process.send_signal(signum)
         _, stderr = process.communicate(timeout=120)
     finally:

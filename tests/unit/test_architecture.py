@@ -15,7 +15,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from xla_images import abi, names
+from xla_images.model import matrix
 from xla_images.model.flavour import Abi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,14 +98,25 @@ def test_a_module_in_no_layer_breaks_the_layers_contract(tmp_path: Path) -> None
     assert result.returncode == 1 and "xla_images.stray" in result.stdout, result.stdout + result.stderr
 
 
-def test_names_imports_only_the_standard_library() -> None:
-    tree = ast.parse((ROOT / "xla_images" / "names.py").read_text(encoding="utf-8"))
+@pytest.mark.parametrize("module", ["names.py", "wheel_install.py"])
+def test_leaf_modules_import_only_the_standard_library(module: str) -> None:
+    """names is the bottom of the package; wheel_install runs in the image build, where only the venv's python
+    and its pip are (layers.py also reads pip's vendored packaging: test_dependencies.IN_IMAGE_ONLY)."""
+    tree = ast.parse((ROOT / "xla_images" / module).read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
+
+
+@pytest.mark.parametrize("module", ["wheel_install.py", "layers.py"])
+def test_in_image_scripts_parse_on_the_oldest_python_of_the_matrix(module: str) -> None:
+    """They run with the image's python, as old as 3.9 (torch_xla 2.6 flavours)."""
+    pythons = {flavour.python for flavour in matrix.load_flavours(ROOT / "matrix.yaml")}
+    oldest = min(tuple(int(part) for part in python.split(".")) for python in pythons)
+    ast.parse((ROOT / "xla_images" / module).read_text(encoding="utf-8"), feature_version=oldest)
 
 
 def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:

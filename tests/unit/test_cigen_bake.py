@@ -21,7 +21,7 @@ import pytest
 from xla_images import names
 from xla_images.errors import ConfigError
 from xla_images.generate import cigen, sync
-from xla_images.generate.plan import Plan, load_plan
+from xla_images.generate.plan import BUILD_SCRIPTS, Plan, load_plan
 from xla_images.model.flavour import Flavour
 from xla_images.run import bake as baking, context as build_context
 
@@ -268,7 +268,8 @@ def test_contexts_are_what_build_gives_the_engine(plan: Plan, tmp_path: Path) ->
     secrets = build_context.secrets_dir_for(context)
     # The pip settings (credentials) and CA live beside the context, never in it: bake passes them as secrets.
     assert (secrets / "pip.conf").is_file() and not (context / "pip").exists()
-    assert (context / "split_layers.py").is_file()
+    for name, source in BUILD_SCRIPTS.items():
+        assert (context / name).read_bytes() == source.read_bytes()
     assert (context / "wheelhouse").is_dir()
     def files(directory: Path) -> set[str]:
         return {str(p.relative_to(directory)) for p in directory.rglob("*")

@@ -1,8 +1,8 @@
 """The plan: site settings + the matrix's flavours bound to the site (Targets) + their rendered files + ids.
 
 Every command starts here. The id of a target hashes everything that goes into its image (target.content_id):
-its facts, base image and wheel source, its rendered files, its committed lock, the smoke suite and the layer
-split script. The build skips a flavour whose image already carries that id.
+its facts, base image and wheel source, its rendered files, its committed lock, the smoke suite and the scripts
+the wheels stage runs (BUILD_SCRIPTS). The build skips a flavour whose image already carries that id.
 """
 from __future__ import annotations
 
@@ -11,14 +11,29 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import layers, resources, userfiles
+from .. import layers, resources, userfiles, wheel_install
 from ..errors import ConfigError, ErrorList
 from ..model import matrix, nightly, wheel_index
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
-from ..names import DOCKERFILES, LOCK_NAME
+from ..names import DOCKERFILES, INSTALL_SCRIPT, LOCK_NAME, SPLIT_SCRIPT
 from ..userfiles import resolve_path
 from . import render
+
+# What the wheels stage runs, by its name in the build context -> the module it is a copy of.
+BUILD_SCRIPTS: dict[str, Path] = {
+    INSTALL_SCRIPT: Path(wheel_install.__file__),
+    SPLIT_SCRIPT: Path(layers.__file__),
+}
+
+
+def build_scripts_digest() -> str:
+    """sha256 of the scripts the wheels stage runs, names and bytes."""
+    digest = hashlib.sha256()
+    for name, source in sorted(BUILD_SCRIPTS.items()):
+        data = source.read_bytes()
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -61,12 +76,12 @@ def plan_for_site(matrix_path: Path, site: Site) -> Plan:
     check_wheels(targets, wheel_index.load(root / wheel_index.WHEELS_FILE))
     rendered = {target.tag: render.render_flavour(target) for target in targets}
     smoke_digest = _tree_digest(resources.smoke_dir())
-    split_layers_digest = hashlib.sha256(Path(layers.__file__).read_bytes()).hexdigest()
+    scripts_digest = build_scripts_digest()
     with_ids = tuple(
         dataclasses.replace(
             target,
             id=content_id(target, rendered[target.tag], _read(root / DOCKERFILES / target.tag / LOCK_NAME),
-                          smoke_digest, split_layers_digest),
+                          smoke_digest, scripts_digest),
         )
         for target in targets
     )

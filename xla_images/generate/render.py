@@ -20,7 +20,8 @@ from .. import layers, resources
 from ..errors import ConfigError
 from ..model.flavour import Flavour, WheelBuild, default_base_image
 from ..names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, FLAVOUR_ID_LABEL, GENERATED_MARK,
-                     IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH, SPLIT_SCRIPT, VENV)
+                     IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT, INSTALL_WORK, LOCK_NAME, PIP_SECRET,
+                     SOURCE_DATE_EPOCH, SPLIT_SCRIPT, VENV)
 
 # Rendered file of a flavour -> its template, in the order they are written.
 TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
@@ -100,6 +101,8 @@ def template_context(flavour: Flavour) -> dict[str, Any]:
         "image_pip": IMAGE_PIP_DIR,
         "image_wheelhouse": IMAGE_WHEELHOUSE,
         "split_script": SPLIT_SCRIPT,
+        "install_script": INSTALL_SCRIPT,
+        "install_work": INSTALL_WORK,
         "pip_secret": PIP_SECRET,
         "ca_secret": CA_SECRET,
         "layers_dir": layers.LAYERS_DIR,

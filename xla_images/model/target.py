@@ -137,9 +137,9 @@ def _no_wheel_source(flavour: Flavour) -> ConfigError:
                             f"wheels of that ABI (e.g. a wheelhouse filled by {WHEEL_BUILD_SCRIPT})")
 
 
-def content_id(target: Target, files: dict[str, str], lock: str, smoke_digest: str, split_layers_digest: str) -> str:
+def content_id(target: Target, files: dict[str, str], lock: str, smoke_digest: str, scripts_digest: str) -> str:
     """`sha256:…` of everything that goes into the target's image: its facts (with the whole wheel source), its
-    rendered files, its committed lock, the smoke suite and the layer-split script. Equal ids, equal images:
+    rendered files, its committed lock, the smoke suite and the scripts the wheels stage runs. Equal ids, equal images:
     `build` skips a flavour whose image already carries its id."""
     facts = target.to_json()
     facts.pop("id")
@@ -149,8 +149,8 @@ def content_id(target: Target, files: dict[str, str], lock: str, smoke_digest: s
         "files": files,
         "lock": lock,
         "smoke": smoke_digest,
-        # The wheels stage runs it: a change to how layers are split is a change to the image.
-        "split_layers": split_layers_digest,
+        # The wheels stage runs them: a change to how wheels are installed or split is a change to the image.
+        "build_scripts": scripts_digest,
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     return f"sha256:{digest}"

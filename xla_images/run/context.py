@@ -4,6 +4,7 @@ Contract (`write_context`), for a context directory D:
   D/Dockerfile            the rendered Dockerfile (plan.rendered: what `render` writes, even if the committed
                           copy drifted, which is noted)
   D/requirements.lock     the committed lock, installed with --require-hashes
+  D/install_wheels.py     xla_images/wheel_install.py, which the wheels stage runs to install the lock
   D/split_layers.py       xla_images/layers.py, which the wheels stage runs to split the venv into layers
   D/wheelhouse/           the locked wheels found on the host (hard links; `.keep` when none): with all of
                           them pip runs offline
@@ -21,14 +22,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import layers, userfiles
+from .. import userfiles
 from ..errors import ConfigError
-from ..generate.plan import Plan
+from ..generate.plan import BUILD_SCRIPTS, Plan
 from ..model.lockfile import read_lock
 from ..model.site import WheelSource
 from ..model.target import Target
 from ..names import (CA_SECRET, CLASSIC_SECRETS_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, IMAGE_CA, IMAGE_WHEELHOUSE,
-                     LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX, SPLIT_SCRIPT)
+                     LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX)
 from .wheels import wheel_dirs, wheels_for
 
 KEEP_FILE = ".keep"
@@ -95,7 +96,8 @@ def write_context(plan: Plan, flavour: Target, directory: Path, wheelhouse: Path
         notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
     (directory / DOCKERFILE).write_text(dockerfile, encoding="utf-8")
     shutil.copyfile(plan.lock_path(flavour), directory / LOCK_NAME)
-    shutil.copyfile(layers.__file__, directory / SPLIT_SCRIPT)
+    for name, source in BUILD_SCRIPTS.items():
+        shutil.copyfile(source, directory / name)
     secrets = secrets_dir_for(directory)
     secrets.mkdir(exist_ok=True)
     (secrets / PIP_SECRET).write_text(inputs.pip_conf, encoding="utf-8")
