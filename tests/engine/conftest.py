@@ -92,18 +92,26 @@ def session_dangling_images(session_id: str) -> list[dict]:
 
 
 def remove_session_images(session_id: str) -> None:
-    """Every image of this session: tagged ones by name (all their tags), then whatever is left."""
-    problems = []
-    for item in engine.connection.api().images(filters={"label": f"{SESSION_LABEL}={session_id}"}):
+    """Every image of this session: tagged ones by name (all their tags), then whatever is left, the classic
+    builder's intermediate images included: the containerd store keeps them when their child goes, and only
+    `all=True` lists them. A pass removes what no other image depends on, so a chain takes a pass per link."""
+    session = {"label": f"{SESSION_LABEL}={session_id}"}
+    for item in engine.connection.api().images(filters=session):
         for name in item.get("RepoTags") or []:
             if name != "<none>:<none>":
                 engine.images.remove_tag(name)
-    for item in engine.connection.api().images(filters={"label": f"{SESSION_LABEL}={session_id}"}):
-        try:
-            engine.images.remove_image(item["Id"], force=True)
-        except Failure as error:  # go on: one stuck image must not keep the others
-            problems.append(error.message)
-    assert not problems, problems
+    problems: list[str] = []
+    for _ in range(20):
+        left = engine.connection.api().images(all=True, filters=session)
+        if not left:
+            return
+        problems = []
+        for item in left:
+            try:
+                engine.images.remove_image(item["Id"], force=True)
+            except Failure as error:  # go on: one stuck image must not keep the others
+                problems.append(error.message)
+    assert not engine.connection.api().images(all=True, filters=session), problems
 
 
 @pytest.fixture

@@ -139,8 +139,8 @@ def _no_wheel_source(flavour: Flavour) -> ConfigError:
 
 def content_id(target: Target, files: dict[str, str], lock: str, smoke_digest: str, scripts_digest: str) -> str:
     """`sha256:…` of everything that goes into the target's image: its facts (with the whole wheel source), its
-    rendered files, its committed lock, the smoke suite and the scripts the wheels stage runs. Equal ids, equal images:
-    `build` skips a flavour whose image already carries its id."""
+    rendered files, its committed lock, the smoke suite and the scripts the wheels stage runs. Equal ids, equal
+    images: `build` skips a flavour whose image already carries its id."""
     facts = target.to_json()
     facts.pop("id")
     facts["wheel_source"] = target.wheel_source.to_json()
