@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import time
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -220,3 +222,28 @@ def test_a_work_folder_that_is_not_empty_is_refused_and_kept(tmp_path: Path, fre
     result = install_parallel(fresh_venv(), lock, work, run_env(tmp_path))
     assert result.returncode == 2 and f"{work} is not empty" in result.stderr
     assert (work / "keep.txt").read_text() == "mine"
+
+
+def test_the_first_failure_stops_the_pips_still_running_and_starts_no_more(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error path, with a stand-in `pip` package first on PYTHONPATH: `fail` exits 1 at once, `sleep` would
+    take 2 minutes, `mark` leaves a file behind (it must never start)."""
+    fake = tmp_path / "fake" / "pip"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(textwrap.dedent(f"""\
+        import pathlib, sys, time
+        word = sys.argv[1]
+        if word == "fail":
+            print("no such wheel")
+            sys.exit(1)
+        if word == "sleep":
+            time.sleep(120)
+        pathlib.Path({str(tmp_path / "started")!r}).write_text(word)
+        """))
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    started = time.monotonic()
+    with pytest.raises(wheel_install.InstallError, match=r"pip failed \(broken, exit 1\): pip fail"):
+        wheel_install._run_all([(["sleep"], "slow"), (["fail"], "broken"), (["mark"], "later")], jobs=2)
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "started").exists()
