@@ -38,7 +38,8 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-# More workers than this only queue behind the index and the disk.
+# A cap: past it, pips mostly wait on the index and the disk (on 2 cores, 4 downloads at a time were no faster
+# than 2).
 MAX_JOBS = 8
 PIP_OPTIONS = ("--no-cache-dir", "--only-binary=:all:", "--require-hashes", "--disable-pip-version-check")
 
@@ -286,9 +287,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="pips at a time (0: the cores, at most 8; 1: the one-step install alone)")
     args = parser.parse_args(argv)
     jobs = args.jobs if args.jobs > 0 else default_jobs()
-    entries = read_lock(args.lock.read_text(encoding="utf-8"))
-    if args.work.exists() and any(args.work.iterdir()):
-        print(f"install_wheels: error: {args.work} is not empty", file=sys.stderr)
+    try:
+        entries = read_lock(args.lock.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"install_wheels: error: cannot read the lock {args.lock}: {error}", file=sys.stderr)
+        return 2
+    if args.work.exists() and (not args.work.is_dir() or any(args.work.iterdir())):
+        print(f"install_wheels: error: {args.work} is not an empty directory", file=sys.stderr)
         return 2
     args.work.mkdir(parents=True, exist_ok=True)
     try:

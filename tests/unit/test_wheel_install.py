@@ -213,15 +213,19 @@ def test_a_wheel_that_fails_its_hash_stops_the_install_names_it_and_leaves_no_do
     assert not list(site.glob("alpha*")) and not list(site.glob("delta*"))  # nothing installed after a failure
 
 
-def test_a_work_folder_that_is_not_empty_is_refused_and_kept(tmp_path: Path, fresh_venv: Callable[[], Path]) -> None:
+def test_a_work_folder_not_empty_or_a_lock_not_readable_is_refused_and_nothing_written(
+        tmp_path: Path, fresh_venv: Callable[[], Path]) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "keep.txt").write_text("mine")
     lock = tmp_path / "requirements.lock"
     lock.write_text("")
     result = install_parallel(fresh_venv(), lock, work, run_env(tmp_path))
-    assert result.returncode == 2 and f"{work} is not empty" in result.stderr
+    assert result.returncode == 2 and f"{work} is not an empty directory" in result.stderr
     assert (work / "keep.txt").read_text() == "mine"
+    result = install_parallel(fresh_venv(), tmp_path / "no-such.lock", tmp_path / "other", run_env(tmp_path))
+    assert result.returncode == 2 and "cannot read the lock" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "other").exists()
 
 
 def test_the_first_failure_stops_the_pips_still_running_and_starts_no_more(tmp_path: Path,
