@@ -7,7 +7,7 @@ one run. Prints figures; asserts nothing.
 For each TAG (default r2.9.0_3.11_cpu) the flavour's build context is written as `build` writes it (lock,
 scripts, the site's pip settings and CA), then a container of the flavour's base image does what the wheels stage
 does: a bare venv, ensurepip, then either
-  one-step   `pip install --no-cache-dir --require-hashes --only-binary=:all: -r requirements.lock` (before)
+  one-step   `install_wheels.py --jobs 1`: `pip install --require-hashes -r requirements.lock` alone (before)
   parallel   `install_wheels.py` (now: pips in parallel, then the one-step install as the check)
 with the page cache dropped before each and the order alternating per round; the wheels come from the site's
 index every time (no pip cache), as in a cold build. The two venvs are then compared file for file (sha256 of
@@ -31,18 +31,15 @@ from xla_images.names import (IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT, I
 from xla_images.run import context as build_context  # noqa: E402
 from xla_images.run.build import choose_base  # noqa: E402
 
-MODES = ("one-step", "parallel")
+# Mode -> the installer's --jobs: 1 is the one-step `pip install -r requirements.lock` alone; 0, the build's.
+MODES = {"one-step": 1, "parallel": 0}
 SCRIPT = """set -e
 export SOURCE_DATE_EPOCH={epoch} PYTHONHASHSEED=0
 python{python} -m venv --without-pip {venv}
 {venv}/bin/python{python} -m ensurepip --upgrade --default-pip >/dev/null
 export PIP_CONFIG_FILE={pip_dir}/pip.conf
 start=$(date +%s%N)
-if [ "$MODE" = one-step ]; then
-    {venv}/bin/python -m pip install -q --no-cache-dir --require-hashes --only-binary=:all: -r /ctx/{lock}
-else
-    {venv}/bin/python /ctx/{script} --lock /ctx/{lock} --work {work}
-fi
+{venv}/bin/python /ctx/{script} --lock /ctx/{lock} --work {work} --jobs "$JOBS"
 end=$(date +%s%N)
 echo "INSTALL_MS $(( (end - start) / 1000000 ))"
 cd {venv} && find . -type f -print0 | sort -z | xargs -0 sha256sum > /out/$MODE.txt
@@ -64,7 +61,7 @@ def run_install(mode: str, base: str, python: str, context: Path, out: Path) -> 
     secrets = build_context.secrets_dir_for(context)
     script = SCRIPT.format(epoch=SOURCE_DATE_EPOCH, python=python, venv=VENV, pip_dir=IMAGE_PIP_DIR,
                            lock=LOCK_NAME, script=INSTALL_SCRIPT, work=INSTALL_WORK)
-    command = ["docker", "run", "--rm", "-e", f"MODE={mode}",
+    command = ["docker", "run", "--rm", "-e", f"MODE={mode}", "-e", f"JOBS={MODES[mode]}",
                "-v", f"{context}:/ctx:ro", "-v", f"{context / 'wheelhouse'}:{IMAGE_WHEELHOUSE}:ro",
                "-v", f"{secrets}:{IMAGE_PIP_DIR}:ro", "-v", f"{out}:/out", base, "bash", "-c", script]
     started = time.monotonic()
@@ -96,7 +93,7 @@ def main() -> None:
             out.mkdir()
             times: dict[str, list[float]] = {mode: [] for mode in MODES}
             for number in range(args.rounds):
-                order = MODES if number % 2 == 0 else MODES[::-1]
+                order = list(MODES) if number % 2 == 0 else list(MODES)[::-1]
                 for mode in order:
                     cold = drop_page_cache()
                     seconds, summary = run_install(mode, base, flavour.python, context, out)

@@ -79,17 +79,14 @@ def default_jobs() -> int:
 
 # --- which wheels may be installed side by side ----------------------------------------------------------------
 
-@dataclass(frozen=True)
-class WheelFiles:
-    """The paths a wheel installs (relative to its install scheme) and each file's (crc, size)."""
-
-    files: dict[tuple[str, str], tuple[int, int]]
+# The paths a wheel installs, as (scheme, path within it), each with its file's (crc, size).
+WheelFiles = dict[tuple[str, str], tuple[int, int]]
 
 
 def wheel_files(path: Path) -> WheelFiles:
     """Where a wheel's members land: ("lib", path) for site-packages, (scheme, path) for `*.data/<scheme>/`,
     ("scripts", name) for the console and gui scripts pip generates from entry_points.txt."""
-    files: dict[tuple[str, str], tuple[int, int]] = {}
+    files: WheelFiles = {}
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             if info.is_dir():
@@ -106,7 +103,7 @@ def wheel_files(path: Path) -> WheelFiles:
                 files[(scheme, inner)] = (info.CRC, info.file_size)
             else:
                 files[("lib", info.filename)] = (info.CRC, info.file_size)
-    return WheelFiles(files)
+    return files
 
 
 def _scripts(entry_points: str) -> list[str]:
@@ -134,7 +131,7 @@ def shared_groups(wheels: dict[int, WheelFiles]) -> tuple[list[list[int]], list[
     owner: dict[tuple[str, str], tuple[int, tuple[int, int]]] = {}
     differing: list[str] = []
     for key in sorted(wheels):
-        for path, fingerprint in wheels[key].files.items():
+        for path, fingerprint in wheels[key].items():
             had = owner.get(path)
             if had is None:
                 owner[path] = (key, fingerprint)

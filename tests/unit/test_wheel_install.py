@@ -21,7 +21,8 @@ from typing import Callable
 import pytest
 
 from xla_images import wheel_install
-from xla_images.wheel_install import WheelFiles, deal, read_lock, shared_groups, wheel_files
+from xla_images.model.lockfile import LockEntry
+from xla_images.wheel_install import deal, read_lock, shared_groups, wheel_files
 
 
 def wheel(directory: Path, name: str, version: str, files: dict[str, bytes], entry_points: str = "") -> Path:
@@ -49,7 +50,7 @@ def lock_text(wheels: list[Path]) -> str:
     lines = ["# requirements: test", "# inputs: sha256:" + "0" * 64, ""]
     for path in sorted(wheels):
         name, version = path.name.split("-")[:2]
-        lines.append(f"{name}=={version} --hash=sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}  # {path.name}")
+        lines.append(LockEntry(name, version, hashlib.sha256(path.read_bytes()).hexdigest(), path.name).line())
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +69,7 @@ def test_wheel_files_maps_members_to_where_pip_puts_them(tmp_path: Path) -> None
                                            "tool-1.0.data/scripts/run-tool": b"#!python\n",
                                            "tool-1.0.data/data/share/tool.txt": b"t"},
                  entry_points="[console_scripts]\ntool = tool:main\n[other]\nnot-a-script = x:y\n")
-    files = wheel_files(path).files
+    files = wheel_files(path)
     assert set(files) == {("lib", "tool/__init__.py"), ("lib", "extra.py"), ("scripts", "run-tool"),
                           ("data", "share/tool.txt"), ("scripts", "tool")}
     assert files[("lib", "tool/__init__.py")][1] == len(b"x = 1\n")
@@ -76,17 +77,17 @@ def test_wheel_files_maps_members_to_where_pip_puts_them(tmp_path: Path) -> None
 
 def test_shared_paths_with_the_same_bytes_group_wheels_and_different_bytes_are_named() -> None:
     same = {("lib", "nvidia/__init__.py"): (0, 0)}
-    wheels = {0: WheelFiles({**same, ("lib", "nvidia/a.so"): (1, 10)}),
-              1: WheelFiles({("lib", "solo.py"): (2, 3)}),
-              2: WheelFiles({**same, ("lib", "nvidia/b.so"): (3, 10)})}
+    wheels = {0: {**same, ("lib", "nvidia/a.so"): (1, 10)},
+              1: {("lib", "solo.py"): (2, 3)},
+              2: {**same, ("lib", "nvidia/b.so"): (3, 10)}}
     groups, differing = shared_groups(wheels)
     assert sorted(groups) == [[0, 2], [1]] and differing == []
-    wheels[1] = WheelFiles({("lib", "nvidia/a.so"): (9, 10)})  # the same path, other bytes: order would decide
+    wheels[1] = {("lib", "nvidia/a.so"): (9, 10)}  # the same path, other bytes: order would decide
     groups, differing = shared_groups(wheels)
     assert groups == [[0, 1, 2]] and differing == ["lib/nvidia/a.so"]
     # Scripts pip generates are never known to be equal.
-    groups, differing = shared_groups({0: WheelFiles({("scripts", "run"): (-1, -1)}),
-                                       1: WheelFiles({("scripts", "run"): (-1, -1)})})
+    groups, differing = shared_groups({0: {("scripts", "run"): (-1, -1)},
+                                       1: {("scripts", "run"): (-1, -1)}})
     assert differing == ["scripts/run"]
 
 
