@@ -39,6 +39,7 @@ from ..model.target import Target
 from ..names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
 from . import base as bases, build_mutex, engine
 from .context import context_secrets, prepare_classic_context, write_context
+from .workers import Workers
 
 BUILD_LOG = "build.log"
 
@@ -207,14 +208,10 @@ class _Run:
             if self._up_to_date(flavour):
                 continue
             todo.put(flavour)
-        workers = [threading.Thread(target=self._work, args=(todo,), name=f"build-{index}", daemon=True)
-                   for index in range(max(1, min(self.options.jobs, todo.qsize())))]
+        workers = Workers(lambda: self._work(todo), max(1, min(self.options.jobs, todo.qsize())), name="build")
         try:
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                while worker.is_alive():
-                    worker.join(timeout=0.2)
+            workers.start()
+            workers.wait()
         except KeyboardInterrupt:
             self._abort(workers)
             raise
@@ -358,7 +355,7 @@ class _Run:
         if step is not None or line.startswith("Step "):
             self.reporter.state(flavour, step or line)
 
-    def _abort(self, workers: list[threading.Thread]) -> None:
+    def _abort(self, workers: Workers) -> None:
         with self.lock:
             self.interrupted.set()
             self.stop.set()
@@ -366,12 +363,7 @@ class _Run:
         self.reporter.notice(f"interrupted: stopping {len(builds)} build(s), tagging nothing, cleaning up")
         for build in builds:
             build.abort()
-        for worker in workers:
-            while worker.is_alive():
-                try:
-                    worker.join(timeout=0.2)
-                except KeyboardInterrupt:
-                    continue  # a second Ctrl-C: still wait, the clean-up must run
+        workers.wait_through_interrupts()  # a second Ctrl-C still waits: each build removes its own context
 
     def _clean_up(self) -> None:
         keep = {result.image_id for result in self.results.values()
