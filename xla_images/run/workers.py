@@ -1,8 +1,8 @@
 """Worker threads the main thread can wait for through Ctrl-C, and after it.
 
-Not `Thread.join`: on python 3.9-3.11 a KeyboardInterrupt raised inside `join()` marks the thread stopped while
-it still runs (CPython gh-90882: the interrupted wait releases the thread's own state lock), so `is_alive()`
-answers False from then on. A caller that stops the work and then waits for `is_alive()` goes on at once, the
+Not `Thread.join`: a KeyboardInterrupt raised inside `join()` marks the thread stopped while it still runs
+(CPython gh-90882, filed against 3.9-3.11, seen here on 3.11.7: the interrupted wait releases the state lock the
+running thread holds), so `is_alive()` answers False from then on. A caller that stops the work and then waits for `is_alive()` goes on at once, the
 process exits, and the daemon thread dies half-way through its clean-up (a build's context temp dir was left so).
 Here each worker sets an Event of its own as it ends: an interrupted `Event.wait` leaves the flag right, so
 waiting again after an interrupt still waits for what runs.
