@@ -2,10 +2,10 @@
 
 Not `Thread.join`: a KeyboardInterrupt raised inside `join()` marks the thread stopped while it still runs
 (CPython gh-90882, filed against 3.9-3.11, seen here on 3.11.7: the interrupted wait releases the state lock the
-running thread holds), so `is_alive()` answers False from then on. A caller that stops the work and then waits for `is_alive()` goes on at once, the
-process exits, and the daemon thread dies half-way through its clean-up (a build's context temp dir was left so).
-Here each worker sets an Event of its own as it ends: an interrupted `Event.wait` leaves the flag right, so
-waiting again after an interrupt still waits for what runs.
+running thread holds), so `is_alive()` answers False from then on. A caller that stops the work and then waits
+for `is_alive()` goes on at once, the process exits, and the daemon thread dies half-way through its clean-up (a
+build's context temp dir was left so). Here each worker sets an Event of its own as it ends: an interrupted
+`Event.wait` leaves the flag right, so waiting again after an interrupt still waits for what runs.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ class Workers:
                          for index, ended in enumerate(self._ended)]
 
     def start(self) -> None:
-        # Ctrl-C is held while they start: one landing between two starts would leave a started thread that no
-        # one waits for, or an Event that no thread will ever set.
+        # Ctrl-C is held while they start: one landing between two starts would leave the Events of the threads
+        # not started unset, and a wait for them would never end.
         with signals_held():
             for thread in self._threads:
                 thread.start()
