@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -18,12 +21,26 @@ def _interrupt_self() -> None:
     os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt in the main thread
 
 
+def _until_the_main_thread_is_in(method: Callable, timeout: float = 60) -> None:
+    """Until `method` is on the main thread's stack: an interrupt sent then lands in it, however slow the
+    machine (sleeping "long enough" would not say so)."""
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        while frame is not None:
+            if frame.f_code is method.__code__:
+                return
+            frame = frame.f_back
+        time.sleep(0.01)
+
+
 def test_a_ctrl_c_in_the_wait_comes_through_and_a_second_wait_still_waits() -> None:
     release = threading.Event()
     cleaned: list[str] = []
 
     def work() -> None:
-        time.sleep(0.2)  # the main thread is in wait() by now (or in start(): the interrupt then comes after it)
+        _until_the_main_thread_is_in(Workers.wait)
         _interrupt_self()
         release.wait()
         time.sleep(0.3)  # a clean-up that takes a while, like removing a build context
@@ -42,8 +59,13 @@ def test_a_ctrl_c_in_the_wait_comes_through_and_a_second_wait_still_waits() -> N
 def test_wait_through_interrupts_waits_for_every_worker_whatever_ctrl_c_comes() -> None:
     cleaned: list[int] = []
 
-    def work(index: int) -> None:
-        time.sleep(0.5)  # the main thread is in wait_through_interrupts() by now
+    indexes: queue.Queue[int] = queue.Queue()
+    for index in range(3):
+        indexes.put(index)
+
+    def work() -> None:
+        index = indexes.get_nowait()
+        _until_the_main_thread_is_in(Workers.wait_through_interrupts)
         if index == 0:
             for _ in range(3):
                 _interrupt_self()
@@ -51,15 +73,7 @@ def test_wait_through_interrupts_waits_for_every_worker_whatever_ctrl_c_comes() 
         time.sleep(0.3)
         cleaned.append(index)
 
-    counter = iter(range(3))
-    lock = threading.Lock()
-
-    def next_work() -> None:
-        with lock:
-            index = next(counter)
-        work(index)
-
-    workers = Workers(next_work, 3, name="test")
+    workers = Workers(work, 3, name="test")
     workers.start()
     workers.wait_through_interrupts()
     assert sorted(cleaned) == [0, 1, 2] and workers.running == 0
