@@ -57,9 +57,12 @@ def run(command: list[str]) -> str:
 
 def engine_pids() -> list[int]:
     """The one dockerd and its children (the containerd it started)."""
-    found = run(["pgrep", "-x", "dockerd"]).split()
-    if len(found) != 1:
-        raise SystemExit(f"expected one dockerd on this machine, found {len(found)}: stop the others first")
+    found = subprocess.run(["pgrep", "-x", "dockerd"], text=True, capture_output=True).stdout.split()
+    if not found:
+        raise SystemExit("no dockerd is running: start the engine (ci/engine.sh start)")
+    if len(found) > 1:
+        raise SystemExit(f"{len(found)} dockerds are running (pids {', '.join(found)}): the benchmark holds one "
+                         "engine to fewer cores; stop the others first")
     dockerd = int(found[0])
     children = subprocess.run(["pgrep", "-P", str(dockerd)], text=True, capture_output=True).stdout.split()
     return [dockerd, *map(int, children)]
@@ -163,18 +166,28 @@ def print_fit(counts: list[int], medians: dict[int, dict[str, float]]) -> None:
               + "".join(f"{serial + parallel / n:>9.1f}" for n in PROJECTED_CORES))
 
 
+def parse_cores(text: str, available: int) -> list[int]:
+    try:
+        counts = [int(count) for count in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--cores {text!r}: give core counts separated by commas, e.g. 2,1") from None
+    if any(not 1 <= count <= available for count in counts) or len(set(counts)) != len(counts):
+        raise SystemExit(f"--cores {text!r}: each count once, between 1 and the engine's {available} core(s)")
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tag", nargs="?", default="r2.9.0_3.11_cpu")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cores", default="2,1", help="core counts to hold the engine to (default 2,1)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: at least 1")
     if os.geteuid() != 0:
         raise SystemExit("run as root: it sets the engine's CPU affinity and drops the page cache")
     available = len(os.sched_getaffinity(engine_pids()[0]))
-    counts = [int(count) for count in args.cores.split(",")]
-    if any(not 1 <= count <= available for count in counts):
-        raise SystemExit(f"--cores: each count must be between 1 and the engine's {available} core(s)")
+    counts = parse_cores(args.cores, available)
     store = run(["docker", "info", "--format", "{{.Driver}}"]).strip()
     print(f"{args.tag}: {args.rounds} round(s), engine storage {store}, cores {counts}", flush=True)
     results: dict[int, list[dict[str, float]]] = {count: [] for count in counts}
