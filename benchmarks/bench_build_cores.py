@@ -5,12 +5,12 @@ Prints figures; asserts nothing. Run as root (it sets the engine's CPU affinity 
     python benchmarks/bench_build_cores.py [TAG] [--rounds N] [--cores 2,1]
 
 What it answers: how much of a build's time would more cores take away. This machine has two, so the benchmark
-holds the engine to one and to two, and fits the two points; on the containerd image store that says how much of
-BuildKit's export of the layers (zstd) and of its unpack into the store is bound by the CPU.
+holds the engine to one and to two, and fits the two points: on either image store, how much of each phase is
+bound by the CPU (on the containerd store: of BuildKit's export of the layers as zstd and of its unpack).
 
 Each round builds TAG (default r2.9.0_3.11_cpu) once per core count, the order alternating per round, with
 `build.py build TAG --force --prune-cache` (every step again, the wheels from the index). Before each build the
-flavour's image and the build cache are removed and the page cache is dropped. For the build, the engine (the one
+flavour's images (under every name) and the build cache are removed and the page cache is dropped. For the build, the engine (the one
 dockerd on this machine, the containerd it started, every thread of both) is held to the first N cores with
 sched_setaffinity; the steps' containers, started by that containerd, inherit it. After the build, and if the
 benchmark stops early, the engine gets back the cores it had.
