@@ -37,22 +37,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from xla_images.names import INSTALL_SCRIPT, REPORTS, TAG_LABEL  # noqa: E402
+from xla_images.run import engine  # noqa: E402
 
-PHASES = {
-    "install": None,  # found by its step number: see phase_seconds
+# Phases a line of the log names; the install is found by its step number (phase_seconds).
+LINE_PHASES = {
     "export": re.compile(r"^#\d+ exporting layers ([0-9.]+)s done$"),
     "unpack": re.compile(r"^#\d+ unpacking to \S+ ([0-9.]+)s done$"),
     "build": re.compile(r"built in ([0-9.]+) s\b"),
 }
+PHASES = ("install", *LINE_PHASES)
 STEP_HEADER = re.compile(r"^#(\d+) \[wheels \d+/\d+\] RUN ")
 PROJECTED_CORES = (4, 8, 16)
-
-
-def run(command: list[str]) -> str:
-    done = subprocess.run(command, text=True, capture_output=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    return done.stdout
 
 
 def engine_pids() -> list[int]:
@@ -93,14 +88,13 @@ def engine_on(count: int) -> Iterator[None]:
 def remove_images(tag: str) -> None:
     """Every image of the flavour, under all its names: an alias left behind would keep the layers unpacked
     (the containerd store would then skip the unpack)."""
-    ids = set(run(["docker", "images", "-q", "--no-trunc", "--filter", f"label={TAG_LABEL}={tag}"]).split())
-    for image in ids:
-        run(["docker", "rmi", "-f", image])
+    for image in engine.images.images_labelled({TAG_LABEL: tag}):
+        engine.images.remove_image(image["Id"], force=True)
 
 
 def make_cold(tag: str) -> None:
     remove_images(tag)
-    run(["docker", "builder", "prune", "-af"])
+    engine.builds.prune_build_cache()
     subprocess.run(["sync"], check=False)
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
@@ -113,8 +107,8 @@ def phase_seconds(log: str) -> dict[str, float]:
     for line in lines:
         if install_step and (done := re.match(rf"^#{install_step} DONE ([0-9.]+)s$", line)):
             found["install"] = float(done.group(1))
-        for phase, pattern in PHASES.items():
-            if pattern is not None and (match := pattern.search(line)):
+        for phase, pattern in LINE_PHASES.items():
+            if match := pattern.search(line):
                 found[phase] = float(match.group(1))
     return found
 
@@ -188,8 +182,8 @@ def main() -> None:
         raise SystemExit("run as root: it sets the engine's CPU affinity and drops the page cache")
     available = len(os.sched_getaffinity(engine_pids()[0]))
     counts = parse_cores(args.cores, available)
-    store = run(["docker", "info", "--format", "{{.Driver}}"]).strip()
-    print(f"{args.tag}: {args.rounds} round(s), engine storage {store}, cores {counts}", flush=True)
+    store = engine.connection.image_store()
+    print(f"{args.tag}: {args.rounds} round(s), {store} image store, cores {counts}", flush=True)
     results: dict[int, list[dict[str, float]]] = {count: [] for count in counts}
     for round_number in range(args.rounds):
         print(f"round {round_number + 1}", flush=True)
@@ -197,7 +191,7 @@ def main() -> None:
         for count in order:
             results[count].append(build_once(args.tag, count))
     remove_images(args.tag)
-    run(["docker", "builder", "prune", "-af"])
+    engine.builds.prune_build_cache()
     report(results)
 
 
