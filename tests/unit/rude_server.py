@@ -18,8 +18,8 @@ Script = Callable[["Exchange"], None]
 class Exchange:
     """One request the server received and the socket to answer it on."""
 
-    def __init__(self, conn: socket.socket, head: bytes, stop: threading.Event) -> None:
-        self.conn, self.head, self._stop = conn, head, stop
+    def __init__(self, conn: socket.socket, head: bytes, stop: threading.Event, body: bytes = b"") -> None:
+        self.conn, self.head, self.body, self._stop = conn, head, body, stop
         first = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         self.method, self.path = (first + ["", ""])[:2]
 
@@ -77,7 +77,9 @@ class RudeServer:
                     if not data:
                         return
                     head += data
-                exchange = Exchange(conn, head, self._stop)
+                head, _, rest = head.partition(b"\r\n\r\n")
+                body = _body(conn, head, rest)
+                exchange = Exchange(conn, head, self._stop, body)
                 self.requests.append((exchange.method, exchange.path))
                 self.script(exchange)
         except OSError:
@@ -88,6 +90,21 @@ class RudeServer:
     def close(self) -> None:
         self._stop.set()
         self._listener.close()
+
+
+def _body(conn: socket.socket, head: bytes, rest: bytes) -> bytes:
+    """The request's body (Content-Length bytes; requests sends no chunked bodies here)."""
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip() or 0)
+    while len(rest) < length:
+        data = conn.recv(65536)
+        if not data:
+            break
+        rest += data
+    return rest[:length]
 
 
 def answer(status: int, headers: dict[str, str], body: bytes = b"", *, length: int | None = None) -> bytes:

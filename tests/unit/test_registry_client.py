@@ -118,7 +118,7 @@ def test_prune_refuses_a_garbled_tag_list_before_deciding_anything(serve, body: 
 def test_an_oversized_answer_is_refused_before_it_is_all_read(serve, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_module.answers, "TAGS_LIMIT", 1000)
     server = serve(lambda method, path, headers: (200, {}, json.dumps({"tags": ["t"] * 1000}).encode()))
-    with pytest.raises(Failure, match="at most 1000 expected"):
+    with pytest.raises(Failure, match="at most 1000 bytes expected"):
         client_for(server).tags()
 
 
