@@ -439,3 +439,23 @@ def test_a_wheelhouse_that_is_a_file_is_named(tmp_path: Path, under: str) -> Non
                       "--wheelhouse", str(tmp_path / "file") + under)
     assert outcome.code == 2, outcome.err
     assert outcome.rules == ["disk-type"], outcome.err
+
+
+@pytest.mark.parametrize("kind, rule", [("fifo", "file-type"), ("directory", "file-type"),
+                                        ("dangling", "file-exists")])
+def test_a_default_published_json_that_is_no_file_is_an_error_not_a_fallback_to_tags(tmp_path: Path, kind: str,
+                                                                                     rule: str) -> None:
+    # resolve without --published reads published.json beside the matrix; without one it asks the registry's
+    # tags. A fifo, a directory or a dangling link there is a published.json that cannot be read: said, exit 2.
+    (tmp_path / "matrix.yaml").write_bytes((ROOT / "matrix.yaml").read_bytes())
+    (tmp_path / "matrix.wheels.json").write_bytes((ROOT / "matrix.wheels.json").read_bytes())
+    target = tmp_path / "published.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        target.symlink_to(tmp_path / "gone.json")
+    outcome = run_cli("resolve", "--matrix", str(tmp_path / "matrix.yaml"))
+    assert outcome.code == 2, outcome.err
+    assert rule in outcome.rules and "published.json" in outcome.err

@@ -116,3 +116,17 @@ def test_local_registry_detection(tmp_path: Path) -> None:
     found = prune.local_registry(Registry.parse("127.0.0.1:5031/x"), tmp_path)
     assert found is not None and found.data == tmp_path / "data" and found.port == 5031
     assert prune.local_registry(Registry.parse("registry.example:5031/x"), tmp_path) is None  # not loopback
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dangling"])
+def test_a_published_json_that_is_no_file_is_an_error_not_nothing_protected(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "published.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone.json")
+    with pytest.raises(ConfigError) as caught:
+        prune.protected_digests(path, [])
+    assert str(path) in caught.value.render()

@@ -3,6 +3,7 @@ HTTP retries, digest verification, the push order, published.json merging."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -170,10 +171,8 @@ def test_manifest_digest_reads_the_header_and_asks_for_every_manifest_type() -> 
 
 
 def test_manifest_digest_falls_back_to_hashing_the_body() -> None:
-    body = b'{"schemaVersion": 2}'
+    body = manifest_of("application/vnd.oci.image.layer.v1.tar+gzip")
     registry, _ = client([FakeResponse(200), FakeResponse(200, body=body)])
-    import hashlib
-
     assert registry.manifest_digest("t") == "sha256:" + hashlib.sha256(body).hexdigest()
 
 
@@ -292,17 +291,18 @@ def manifest_of(layer_type: str) -> bytes:
 def test_containerd_store_pushes_its_blobs_and_refuses_another_compression_before_any_alias(
         monkeypatch: pytest.MonkeyPatch, flavour: Target, site: str) -> None:
     # The containerd store pushes what it holds: the site's compression is checked on the pushed manifest.
-    fake = FakeEngine({tag: DIGEST_A for tag in flavour.tags}, good_labels(flavour), store="containerd")
+    stored = "application/vnd.oci.image.layer.v1.tar+zstd"  # built while the site said zstd
+    pushed = "sha256:" + hashlib.sha256(manifest_of(stored)).hexdigest()  # a manifest fetched by digest hashes to it
+    fake = FakeEngine({tag: pushed for tag in flavour.tags}, good_labels(flavour), store="containerd")
     patch_engine(monkeypatch, fake)
     monkeypatch.setattr(publish.zstd_push, "push_zstd", lambda *args, **kwargs: pytest.fail("not the engine's push"))
-    stored = "application/vnd.oci.image.layer.v1.tar+zstd"  # built while the site said zstd
-    served = [FakeResponse(200), FakeResponse(200, {"Docker-Content-Digest": DIGEST_A}),
+    served = [FakeResponse(200), FakeResponse(200, {"Docker-Content-Digest": pushed}),
               FakeResponse(200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, manifest_of(stored))]
-    registry, _ = client(served + [FakeResponse(200, {"Docker-Content-Digest": DIGEST_A})] * 2)
+    registry, _ = client(served + [FakeResponse(200, {"Docker-Content-Digest": pushed})] * 2)
     chosen = Compression("zstd", 3) if site == "zstd" else Compression("gzip", None)
     if site == "zstd":
         entry = publish.push_flavour(flavour, registry.registry, registry, None, compression=chosen)
-        assert entry.digest == DIGEST_A
+        assert entry.digest == pushed
         assert [tag for kind, tag in fake.events if kind == "push"] == list(flavour.tags)
         return
     with pytest.raises(Failure) as caught:

@@ -4,6 +4,7 @@ bearer token (scopes, expiry), TLS trust from certs.d and its errors, daemon.jso
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import threading
@@ -118,7 +119,7 @@ def test_prune_refuses_a_garbled_tag_list_before_deciding_anything(serve, body: 
 def test_an_oversized_answer_is_refused_before_it_is_all_read(serve, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_module.answers, "TAGS_LIMIT", 1000)
     server = serve(lambda method, path, headers: (200, {}, json.dumps({"tags": ["t"] * 1000}).encode()))
-    with pytest.raises(Failure, match="at most 1000 expected"):
+    with pytest.raises(Failure, match="at most 1000 bytes expected"):
         client_for(server).tags()
 
 
@@ -247,6 +248,34 @@ def test_a_client_certificate_needs_its_key(tmp_path: Path) -> None:
     (tmp_path / "reg.example.com" / "client.cert").write_text("x")
     with pytest.raises(ConfigError, match="has no client.key beside it"):
         tls.load_trust("reg.example.com", {tls.CERTS_D_ENV: str(tmp_path), tls.DAEMON_JSON_ENV: str(tmp_path / "no")})
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_ssl_cert_file_that_is_no_file_is_refused_without_blocking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     kind: str) -> None:
+    store = tmp_path / "store"
+    if kind == "fifo":
+        os.mkfifo(store)
+    else:
+        store.mkdir()
+    monkeypatch.setenv("SSL_CERT_FILE", str(store))
+    outcome: list[BaseException | None] = []
+
+    def make() -> None:
+        try:
+            tls.Trust("reg.example.com", "https", tmp_path).ssl_context()
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 -- handed to the test's thread
+            outcome.append(error)
+
+    worker = threading.Thread(target=make, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive() and kind == "fifo":  # blocked opening the fifo: release it, then fail
+        os.close(os.open(store, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(10)
+    assert outcome and isinstance(outcome[0], ConfigError) and outcome[0].rule == "registry-tls"
+    assert "SSL_CERT_FILE" in outcome[0].message and kind in outcome[0].message
 
 
 def test_insecure_registries_of_daemon_json_speak_http(tmp_path: Path) -> None:

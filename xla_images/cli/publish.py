@@ -84,7 +84,9 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
         raise ConfigError("--published and --registry exclude each other", rule="resolve-source",
                           hint="published.json already names its registry; pass one of them")
     default_published = plan.root / PUBLISHED_NAME
-    if published_path is None and registry_text is None and default_published.is_file():
+    # Anything at the default place (a fifo, a directory, a dangling link too) is published.json: read_published
+    # refuses what is not a readable file, rather than the tags being used without a word.
+    if published_path is None and registry_text is None and os.path.lexists(default_published):
         published_path = default_published
     if published_path is not None:
         if not os.path.lexists(published_path):  # anything else that is not a readable file: read_published says

@@ -81,8 +81,8 @@ def document(entries: dict[str, Published]) -> str:
 
 def read_published(path: Path) -> dict[str, Published]:
     """The verified pushes recorded in `path` ({} when there is none); read bounded, every field checked."""
-    if not os.path.lexists(path):  # a directory, fifo, device or symlink loop is not "none yet": read_text says
-        return {}
+    if not os.path.lexists(path):  # a directory, fifo, device, dangling link or symlink loop is not "none yet":
+        return {}                  # read_text refuses it (callers must not skip it with is_file() either)
     return parse_published(userfiles.read_text(path, limit=userfiles.JSON_LIMIT), str(path))
 
 

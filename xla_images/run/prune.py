@@ -77,7 +77,9 @@ def protected_digests(published_path: Path | None, protect_files: Iterable[Path]
     for path in protect_files:
         for digest in parse_protect(path):
             why.setdefault(digest, f"named in {path}")
-    if published_path is not None and published_path.is_file():
+    # read_published reads a missing file as none; a fifo, directory or dangling link is an error, never skipped
+    # (its digests would lose their protection without a word).
+    if published_path is not None:
         for entry in read_published(published_path).values():
             for digest in entry.digests:
                 why[digest] = f"recorded in {published_path.name} ({entry.tag})"

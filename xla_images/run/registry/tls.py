@@ -18,6 +18,7 @@ import ipaddress
 import json
 import os
 import ssl
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -62,6 +63,7 @@ class Trust:
 
     def ssl_context(self) -> ssl.SSLContext:
         """The system store, the environment's bundle, the certs.d CAs and client certificate, verified."""
+        _check_system_store()
         context = ssl.create_default_context()
         if self.env_bundle:
             _load_cas(context, Path(self.env_bundle), "REQUESTS_CA_BUNDLE")
@@ -78,6 +80,23 @@ class Trust:
                                   rule="registry-tls", hint=f"PEM files, as `docker` reads them: {cert.name} "
                                                             f"and {key.name}") from None
         return context
+
+
+def _check_system_store() -> None:
+    """OpenSSL opens SSL_CERT_FILE as it is: a fifo there would block the command forever, a directory fails
+    obscurely. What it names must be a regular file (a missing one OpenSSL skips, as it always did)."""
+    path = os.environ.get("SSL_CERT_FILE")
+    if not path:
+        return
+    try:
+        mode = os.stat(path).st_mode  # stat does not open: a fifo does not block here
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "directory" if stat.S_ISDIR(mode) else "fifo" if stat.S_ISFIFO(mode) else "special file"
+        raise ConfigError(f"SSL_CERT_FILE names a {kind}, not a CA bundle", location=Location(path),
+                          rule="registry-tls", hint="point SSL_CERT_FILE at a PEM bundle, or unset it for the "
+                                                    "system store")
 
 
 def _load_cas(context: ssl.SSLContext, path: Path, where: str) -> None:
