@@ -5,7 +5,12 @@ location, the rule broken and a hint; nothing a user can provoke should surface 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# The userinfo of a URL (`https://user:secret@host/`): a credential, never printed. Greedy up to the last `@`
+# before the host ends, so a raw `@` in a password (`user:p@ss@host`) is covered too.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]*@")
 
 
 def shorten(text: str, limit: int = 120) -> str:
@@ -16,6 +21,16 @@ def shorten(text: str, limit: int = 120) -> str:
 def shown_value(value: object, limit: int = 60) -> str:
     """A user's value for a message: its repr, shortened."""
     return shorten(repr(value), limit)
+
+
+def redacted(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced by `***` (`https://***@index/simple/`)."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def without_credentials(url: str) -> str:
+    """`url` with no userinfo at all: what a file that is committed or shared may name."""
+    return _USERINFO.sub(r"\1", url)
 
 
 @dataclass(frozen=True)
@@ -54,13 +69,17 @@ class XlaImagesError(Exception):
         self.hint = hint
 
     def render(self) -> str:
-        """One readable block: `file:line: error [rule]: message` then the hint."""
+        """One readable block: `file:line: error [rule]: message` then the hint.
+
+        A URL's credentials are redacted wherever they appear (a message, a location): an error is printed and
+        logged, and a secret is neither.
+        """
         prefix = f"{self.location}: " if self.location else ""
         rule = f" [{self.rule}]" if self.rule else ""
         text = f"{prefix}error{rule}: {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
-        return text
+        return redacted(text)
 
     def __str__(self) -> str:
         return self.render()

@@ -191,6 +191,11 @@ SITE_CASES = [
      "site-wheel-sources", "name: a"),
     ("site-bomb", BOMB.replace("a: &a", "bases: &a"), "yaml-aliases", "e: &e"),
     ("site-list", "- registry\n", "site-schema", None),
+    # YAML 1.1 integers not written in decimal: refused, not read as 3 (or as an int nobody can print)
+    ("hex-level", "compression:\n  format: zstd\n  level: 0x3\n", "site-number", "level"),
+    ("huge-hex-level", "compression:\n  level: 0x" + "f" * 4000 + "\n", "site-number", "level"),
+    ("binary-level", "compression: {format: zstd, level: 0b11}\n", "site-number", "compression"),
+    ("base-60-level", "compression:\n  level: 3:00\n", "site-number", "level"),
 ]
 
 
@@ -214,6 +219,9 @@ SET_CASES = [
     ("set-space-in-base", "bases.3.11=a b", "site-bases"),
     ("set-unknown", "registri=x/y", "site-unknown-key"),
     ("set-no-equals", "registry", "set-syntax"),
+    ("set-hex-level", "compression.level=0x3", "site-number"),
+    ("set-huge-hex-level", "compression.level=0x" + "f" * 4000, "site-number"),
+    ("set-hex-in-mapping", "compression={format: zstd, level: 0b11}", "site-number"),
 ]
 
 

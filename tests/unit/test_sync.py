@@ -260,3 +260,20 @@ def test_generated_files_carry_the_mark(tmp_path: Path, name: str) -> None:
     else:
         path = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / name
     assert sync._is_generated(path)
+
+
+def test_a_file_larger_than_render_check_reads_is_refused_not_written(tmp_path: Path) -> None:
+    """The limits agree: what `render` writes, `render --check` reads back (a 2.4 MB docker-bake.json of a
+    large matrix was written, then refused by its own check, issue 35)."""
+    from xla_images import userfiles
+    from xla_images.errors import ConfigError
+
+    too_big = {Path("docker-bake.json"): "x" * (userfiles.GENERATED_LIMIT + 1)}
+    for step in (sync.write_files, sync.drift):
+        with pytest.raises(ConfigError) as caught:
+            step(tmp_path, too_big)
+        assert caught.value.rule == "render-size" and str(caught.value.location) == "docker-bake.json"
+    assert not (tmp_path / "docker-bake.json").exists()
+    largest = {Path("docker-bake.json"): "x" * userfiles.GENERATED_LIMIT}
+    assert sync.write_files(tmp_path, largest) == [Path("docker-bake.json")]
+    assert sync.drift(tmp_path, largest) == []

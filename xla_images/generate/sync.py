@@ -107,8 +107,26 @@ def write_if_changed(path: Path, text: str, root: Path | None = None) -> bool:
 
 
 def write_files(root: Path, files: dict[Path, str]) -> list[Path]:
-    """Write the files (relative to `root`) that differ from the disk; return those written."""
+    """Write the files (relative to `root`) that differ from the disk; return those written.
+
+    None is written when one is larger than `render --check` reads (check_sizes).
+    """
+    check_sizes(files)
     return [relative for relative, text in files.items() if write_if_changed(root / relative, text, root)]
+
+
+def check_sizes(files: dict[Path, str]) -> None:
+    """Refuse (rule `render-size`) a generated file larger than userfiles.GENERATED_LIMIT: `render --check` and
+    every other reader of a generated file read at most that, so a larger one would be written once and then
+    refused by its own check. The limit is one, here and there."""
+    for relative, text in files.items():
+        size = len(text.encode("utf-8"))
+        if size > userfiles.GENERATED_LIMIT:
+            raise ConfigError(f"would be {size / 1024 / 1024:.1f} MiB, more than the "
+                              f"{userfiles.GENERATED_LIMIT // 1024 // 1024} MiB a generated file may be "
+                              "(what `render --check` reads)", location=str(relative), rule="render-size",
+                              hint="the matrix declares more flavours than one generated file holds: exclude some, "
+                                   "or keep several matrices")
 
 
 def write(plan: Plan) -> WriteResult:
@@ -140,6 +158,7 @@ def write(plan: Plan) -> WriteResult:
 
 def drift(root: Path, files: dict[Path, str]) -> list[Finding]:
     """`files` (relative to `root`) that are missing on disk or differ from what is there."""
+    check_sizes(files)  # what `render` would refuse to write is an error here too, not "stale" forever
     findings = []
     for relative, text in files.items():
         diskio.inside(root, relative)  # a symlinked or misshapen folder on the way is an error naming it

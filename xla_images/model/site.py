@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -35,6 +35,7 @@ SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
 BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
 URL = re.compile(r"(https?|file)://\S+", re.ASCII)
+DECIMAL = re.compile(r"[-+]?[0-9]+", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ def load_site(site_path: Path | None, overrides: tuple[str, ...] = (), root: Pat
     if site_path is not None:
         doc = yamlsrc.load(site_path, required=True)
         _check_top(doc)
+        _check_integers(doc)
         merged = _merge(merged, doc.data)
         origin.update({key: doc for key in doc.data})
         site_root = site_path.resolve().parent
@@ -175,7 +177,9 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     value: Any = ""
     if raw_value.strip():
         try:  # bounded like a file: an alias bomb in --set is refused, not built
-            value = yamlsrc.loads(raw_value, str(where)).data
+            parsed = yamlsrc.loads(raw_value, str(where))
+            _check_integers(parsed, where)
+            value = parsed.data
         except ConfigError as error:
             if error.rule != "yaml-syntax":
                 raise
@@ -184,6 +188,30 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
         value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     # Only `bases` is keyed by python version, and those keys contain dots: split once.
     return ((head, rest) if rest else (head,)), value
+
+
+def _check_integers(doc: yamlsrc.YamlDoc, where: Location | None = None) -> None:
+    """Refuse an integer not written in decimal: YAML 1.1 reads `0x3`, `0b11`, `1_0` and `3:00` (base 60) as
+    numbers, which nobody means in a setting, and a hex one of 4000 digits is an int Python cannot print."""
+    for keys, value in _integers(doc.data, ()):
+        written = doc.text(keys)
+        if written is not None and not DECIMAL.fullmatch(written):
+            setting = ".".join(str(key) for key in keys) or "the value"
+            raise ConfigError(f"{setting} is {shorten(written, 40)!r}, a YAML 1.1 integer not written in decimal",
+                              rule="site-number",
+                              location=where or doc.loc(keys),
+                              hint="write the number in decimal digits (3, not 0x3), or quote it if it is text")
+
+
+def _integers(data: Any, keys: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], int]]:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _integers(value, keys + (key,))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _integers(value, keys + (index,))
+    elif isinstance(data, int) and not isinstance(data, bool):
+        yield keys, data
 
 
 def _nest(key_path: tuple[str, ...], value: Any) -> dict[str, Any]:

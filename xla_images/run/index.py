@@ -29,8 +29,10 @@ from ..errors import Failure, shorten, shown_value
 from ..model.wheel_index import PUBLIC_INDEX
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
-# A project page of the public index: torch's lists ~1000 files in ~400 KB. Far more is not an index page.
-MAX_PAGE_BYTES = 32 * 1024 * 1024
+# A project page of the public index: torch's lists ~1000 files in ~420 KB (JSON, 2026-12). Far more is not an
+# index page, and a page is parsed only once it is whole: the byte bound is what bounds the parse's memory (JSON
+# takes ~20 times its size in objects), so it is 20 times torch's page, not more.
+MAX_PAGE_BYTES = 8 * 1024 * 1024
 MAX_FILES = 50_000
 # The tail read first holds the zip's end records and, for wheels like torch_xla's, the whole central directory.
 TAIL_BYTES = 256 * 1024
@@ -54,6 +56,8 @@ class IndexFile:
     filename: str
     url: str
     size: int | None = None
+    # PEP 592: the index withdrew this file (pip skips it unless pinned exactly). `update` never proposes it.
+    yanked: bool = False
 
     @property
     def wheel(self) -> re.Match[str] | None:
@@ -128,13 +132,15 @@ class Index:
                 raise _bad(file.url, f"{name} is {max(compressed, plain)} bytes, more than {MAX_MEMBER_BYTES}")
             # The local header has its own name and extra field lengths: read it with some slack, then the data.
             head = self._range(file.url, offset, offset + 30 + 4096 + compressed)
-            if head[:4] != LOCAL_HEADER:
-                raise _bad(file.url, f"no local header for {name} at offset {offset}")
+            if head[:4] != LOCAL_HEADER or len(head) < 30:
+                raise _bad(file.url, f"no whole local header for {name} at offset {offset}")
             name_length, extra_length = struct.unpack("<HH", head[26:30])
             start = 30 + name_length + extra_length
             data = head[start:start + compressed]
             if len(data) < compressed:
                 data += self._range(file.url, offset + start + len(data), offset + start + compressed)
+            if len(data) != compressed:  # the file ends inside the member: a cut wheel
+                raise _bad(file.url, f"{name} is cut: {len(data)} of its {compressed} bytes are there")
             return _inflate(data, method, plain, name, file.url)
         return None
 
@@ -227,13 +233,25 @@ def _bounded_body(response: requests.Response, url: str, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _shown_json(value: Any) -> str:
+    """A JSON value for a message: an integer of 5000 digits has no repr (int_max_str_digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return "an integer of more than 64 bits"
+    return shown_value(value)
+
+
 def _json_files(body: bytes, page: str) -> list[IndexFile]:
     import json
 
+    if body.count(b'"filename"') > MAX_FILES:  # counted before parsing: the parse is what costs the memory
+        raise Failure(f"{page} lists more than {MAX_FILES} files", location=page, rule="index-answer")
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise Failure(f"{page} is not JSON although it says so", location=page, rule="index-answer") from None
+    except RecursionError:  # `[[[[...` nested deeper than the parser recurses: no index page is
+        raise Failure(f"{page} is JSON nested too deep to be a simple-API page", location=page,
+                      rule="index-answer") from None
     files = data.get("files") if isinstance(data, dict) else None
     meta = data.get("meta") if isinstance(data, dict) else None
     version = meta.get("api-version") if isinstance(meta, dict) else "1.0"
@@ -251,21 +269,29 @@ def _json_files(body: bytes, page: str) -> list[IndexFile]:
                           rule="index-answer")
         size = entry.get("size")
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
-            raise Failure(f"{page}: files[{index}].size is {shown_value(size)}", location=page, rule="index-answer")
-        result.append(_file(entry["filename"], entry["url"], page, size))
+            raise Failure(f"{page}: files[{index}].size is {_shown_json(size)}", location=page,
+                          rule="index-answer")
+        yanked = entry.get("yanked", False)
+        if not isinstance(yanked, (bool, str)):  # PEP 691: false, true or the reason (a string)
+            raise Failure(f"{page}: files[{index}].yanked is {_shown_json(yanked)}, not a boolean or a reason",
+                          location=page, rule="index-answer")
+        result.append(_file(entry["filename"], entry["url"], page, size, yanked is not False))
     return result
 
 
 class _Links(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[tuple[str, str]] = []
+        self.links: list[tuple[str, str, bool]] = []
         self._href: str | None = None
+        self._yanked = False
         self._text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
-            self._href = dict(attrs).get("href") or ""
+            found = dict(attrs)
+            self._href = found.get("href") or ""
+            self._yanked = "data-yanked" in found  # PEP 592: present (with a reason or empty) means yanked
             self._text = []
 
     def handle_data(self, data: str) -> None:
@@ -274,8 +300,14 @@ class _Links(html.parser.HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "a" and self._href is not None:
-            self.links.append((self._href, "".join(self._text).strip()))
+            self.links.append((self._href, "".join(self._text).strip(), self._yanked))
             self._href = None
+            if len(self.links) > MAX_FILES:  # while parsing: the count bounds what is built
+                raise _TooMany()
+
+
+class _TooMany(Exception):
+    """More links than MAX_FILES: parsing stops there."""
 
 
 def _html_files(body: bytes, page: str) -> list[IndexFile]:
@@ -285,14 +317,17 @@ def _html_files(body: bytes, page: str) -> list[IndexFile]:
         parser.close()
     except UnicodeDecodeError:
         raise Failure(f"{page} is not UTF-8 HTML", location=page, rule="index-answer") from None
-    return [_file(text or href.rsplit("/", 1)[-1].split("#")[0], href, page, None) for href, text in parser.links]
+    except _TooMany:
+        raise Failure(f"{page} lists more than {MAX_FILES} files", location=page, rule="index-answer") from None
+    return [_file(text or href.rsplit("/", 1)[-1].split("#")[0], href, page, None, yanked)
+            for href, text, yanked in parser.links]
 
 
-def _file(filename: str, url: str, page: str, size: int | None) -> IndexFile:
+def _file(filename: str, url: str, page: str, size: int | None, yanked: bool = False) -> IndexFile:
     if len(filename) > 400 or "/" in filename or any(ord(char) < 32 for char in filename):
         raise Failure(f"{page} lists a file named {shown_value(filename)}", location=page, rule="index-answer")
     absolute = urllib.parse.urljoin(page, url).split("#")[0]
-    return IndexFile(urllib.parse.unquote(filename), absolute, size)
+    return IndexFile(urllib.parse.unquote(filename), absolute, size, yanked)
 
 
 # --- the zip format (APPNOTE.TXT), as far as reading one member needs ------------------------------------------
@@ -310,16 +345,21 @@ def _central_directory(tail: bytes, size: int, url: str, fetch: Callable[[int, i
     entries, length, offset = struct.unpack("<xxxxxxxxxxHII", tail[at:at + 20])[0:3]
     if offset == 0xFFFFFFFF or length == 0xFFFFFFFF:  # zip64: the real figures are in the zip64 end record
         locator = tail.rfind(ZIP64_LOCATOR, 0, at)
-        if locator < 0:
-            raise _bad(url, "a zip64 wheel without a zip64 locator")
+        if locator < 0 or at - locator < 20:  # the locator is 20 bytes, right before the end record
+            raise _bad(url, "a zip64 wheel without a whole zip64 locator")
         (end64,) = struct.unpack("<Q", tail[locator + 8:locator + 16])
+        if end64 + 56 > size:
+            raise _bad(url, f"the zip64 end record's offset {end64} lies past the end of the {size}-byte file")
         record = _slice(tail, size, end64, 56, fetch)
-        if record[:4] != ZIP64_END:
-            raise _bad(url, "the zip64 end record is not where its locator says")
+        if record[:4] != ZIP64_END or len(record) < 56:
+            raise _bad(url, "no whole zip64 end record where its locator says")
         length, offset = struct.unpack("<QQ", record[40:56])
     if length > MAX_CENTRAL_DIRECTORY or offset + length > size:
         raise _bad(url, f"a central directory of {length} bytes at {offset} in a {size}-byte file")
-    return _slice(tail, size, offset, length, fetch)
+    directory = _slice(tail, size, offset, length, fetch)
+    if len(directory) != length:
+        raise _bad(url, f"its central directory is cut: {len(directory)} of {length} bytes")
+    return directory
 
 
 def _slice(tail: bytes, size: int, offset: int, length: int, fetch: Callable[[int, int], bytes]) -> bytes:
@@ -338,20 +378,24 @@ def _entries(directory: bytes, url: str):
         compressed, plain, name_length, extra_length, comment_length = struct.unpack(
             "<IIHHH", directory[at + 20:at + 34])
         offset, = struct.unpack("<I", directory[at + 42:at + 46])
+        if at + 46 + name_length + extra_length > len(directory):
+            raise _bad(url, f"its central directory entry at {at} is cut")
         name = directory[at + 46:at + 46 + name_length].decode("utf-8", "replace")
         extra = directory[at + 46 + name_length:at + 46 + name_length + extra_length]
-        compressed, plain, offset = _zip64_sizes(extra, compressed, plain, offset)
+        compressed, plain, offset = _zip64_sizes(extra, compressed, plain, offset, url)
         yield name, method, compressed, plain, offset
         at += 46 + name_length + extra_length + comment_length
     if at == 0:
         raise _bad(url, "its central directory holds no entries")
 
 
-def _zip64_sizes(extra: bytes, compressed: int, plain: int, offset: int) -> tuple[int, int, int]:
+def _zip64_sizes(extra: bytes, compressed: int, plain: int, offset: int, url: str) -> tuple[int, int, int]:
     """Sizes and offset that did not fit 32 bits live, in this order, in the zip64 extra field (id 1)."""
     at = 0
     while at + 4 <= len(extra):
         kind, length = struct.unpack("<HH", extra[at:at + 4])
+        if at + 4 + length > len(extra):
+            raise _bad(url, f"an extra field of {length} bytes runs past its central directory entry")
         if kind == 1:
             values = list(struct.unpack(f"<{length // 8}Q", extra[at + 4:at + 4 + length - length % 8]))
             if plain == 0xFFFFFFFF and values:
