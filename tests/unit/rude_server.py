@@ -6,6 +6,7 @@ closed, and the threads are daemons."""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from typing import Callable
@@ -43,8 +44,9 @@ class Exchange:
 class RudeServer:
     """Serves `script(exchange)` for every request on 127.0.0.1; `requests` records (method, path)."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, context: ssl.SSLContext | None = None) -> None:
         self.script = script
+        self.context = context  # serve TLS with it
         self.requests: list[tuple[str, str]] = []
         self._stop = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -64,6 +66,8 @@ class RudeServer:
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(5.0)
         try:
+            if self.context is not None:
+                conn = self.context.wrap_socket(conn, server_side=True)
             while not self._stop.is_set():  # keep-alive: one script run per request on the connection
                 head = b""
                 while b"\r\n\r\n" not in head:

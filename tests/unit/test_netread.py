@@ -3,6 +3,9 @@ the socket while the server dribbles its headers or body (one byte every 0.3 s a
 30 s), bodies bounded as they stream, cut and broken bodies as Failures. Deadlines are 1 s, set by parameter."""
 from __future__ import annotations
 
+import ssl
+import subprocess
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -19,8 +22,8 @@ PER_READ = (5.0, 30.0)  # requests' timeout: each read alone would wait 30 s, th
 def rude() -> Iterator[Callable[[Callable[[Exchange], None]], RudeServer]]:
     started: list[RudeServer] = []
 
-    def start(script: Callable[[Exchange], None]) -> RudeServer:
-        started.append(RudeServer(script))
+    def start(script: Callable[[Exchange], None], context: ssl.SSLContext | None = None) -> RudeServer:
+        started.append(RudeServer(script, context))
         return started[-1]
 
     yield start
@@ -32,12 +35,15 @@ def session() -> requests.Session:
     made = requests.Session()
     made.trust_env = False  # the machine's proxy is not between the test and 127.0.0.1
     made.mount("http://", netread.DeadlineAdapter())
+    made.mount("https://", netread.DeadlineAdapter())
     return made
 
 
-def fetch(server: RudeServer, seconds: float = 1.0, limit: int = 1 << 20, rule: str = "registry-slow") -> bytes:
+def fetch(server: RudeServer, seconds: float = 1.0, limit: int = 1 << 20, rule: str = "registry-slow",
+          ca: Path | None = None) -> bytes:
     with netread.deadline(seconds, host=server.host, what="GET /x", rule=rule):
-        response = session().get(f"http://{server.host}/x", timeout=PER_READ, stream=True)
+        response = session().get(f"{'https' if ca else 'http'}://{server.host}/x", timeout=PER_READ, stream=True,
+                                 verify=str(ca) if ca else True)
         return netread.read_body(response, limit, host=server.host, what="GET /x")
 
 
@@ -112,3 +118,35 @@ def test_a_broken_gzip_body_is_a_failure(rude) -> None:
     with pytest.raises(Failure) as caught:
         fetch(server)
     assert caught.value.rule == "registry-answer"
+
+
+def test_an_answer_that_closes_the_connection_is_read_whole(rude) -> None:
+    def script(exchange: Exchange) -> None:
+        exchange.send(answer(200, {"Connection": "close"}, b"last" * 100))
+        exchange.conn.close()  # http.client closes its side after the headers: the body is still read
+
+    assert fetch(rude(script)) == b"last" * 100
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
+                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   cwd=directory, check=True, capture_output=True, timeout=60)
+    return directory
+
+
+def tls_server(rude, certificate: Path, script: Callable[[Exchange], None]) -> RudeServer:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    return rude(script, context)
+
+
+def test_over_tls_a_prompt_answer_is_read_and_a_dribbling_one_is_cut(rude, certificate: Path) -> None:
+    prompt = tls_server(rude, certificate, lambda exchange: exchange.send(answer(200, {"Connection": "close"}, b"t" * 9)))
+    assert fetch(prompt, ca=certificate / "cert.pem") == b"t" * 9
+    slow = tls_server(rude, certificate, lambda exchange: exchange.dribble(answer(200, {}, b"ok"), every=0.3))
+    with pytest.raises(Failure) as caught:
+        fetch(slow, ca=certificate / "cert.pem")
+    assert caught.value.rule == "registry-slow"

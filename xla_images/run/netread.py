@@ -102,7 +102,8 @@ def deadline(seconds: float, *, host: str, what: str, rule: str = "registry-slow
 # --- the socket reads ------------------------------------------------------------------------------------
 
 class _DeadlineSocket:
-    """A connection's socket whose every read waits at most min(its own timeout, the current deadline's rest)."""
+    """A connection's socket whose every read (and send) waits at most min(its own timeout, the current deadline's
+    rest); outside any deadline, its own timeout as urllib3 set it."""
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock
@@ -128,23 +129,35 @@ class _DeadlineSocket:
             raise socket.timeout(f"the {now.seconds:g} s deadline passed")
         self._sock.settimeout(left if self._timeout is None else min(self._timeout, left))
 
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+    # Arguments pass through as given: SSLSocket.recv_into reads `nbytes` bytes when told 0, not "all that fits".
+    def recv_into(self, buffer: Any, *args: Any) -> int:
         self._arm()
-        return int(self._sock.recv_into(buffer, nbytes, flags))
+        return int(self._sock.recv_into(buffer, *args))
 
-    def recv(self, size: int, flags: int = 0) -> bytes:
+    def recv(self, *args: Any) -> bytes:
         self._arm()
-        return bytes(self._sock.recv(size, flags))
+        return bytes(self._sock.recv(*args))
+
+    def send(self, data: Any, *args: Any) -> int:
+        self._arm()
+        return int(self._sock.send(data, *args))
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self._arm()
+        self._sock.sendall(data, *args)
 
     def makefile(self, mode: str = "r", buffering: int | None = None, **_: Any) -> Any:
-        # http.client reads the status line, headers and body through this file: its reads come back here.
+        # http.client reads the status line, headers and body through this file: its reads come back here. As
+        # socket.makefile does, the file holds a reference: the socket closes when both are closed (http.client
+        # closes the connection of a `Connection: close` answer before its body is read).
         raw = socket.SocketIO(self, "rb" if "r" in mode else "wb")  # type: ignore[arg-type]
+        self._sock._io_refs += 1
         if buffering == 0:
             return raw
         return io.BufferedReader(raw) if "r" in mode else io.BufferedWriter(raw)
 
     def _decref_socketios(self) -> None:
-        pass  # the real socket's makefile was never called: nothing to count
+        self._sock._decref_socketios()
 
 
 class _DeadlineHTTPConnection(HTTPConnection):
