@@ -6,12 +6,15 @@ import base64
 import io
 import json
 import struct
+import time
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from fake_index import FakeIndex, json_page
+from rude_server import RudeServer, answer
 from xla_images.errors import Failure
 from xla_images.run.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile
 
@@ -125,7 +128,7 @@ def test_a_31_mb_page_is_refused_at_the_byte_bound_before_it_is_parsed(index_ser
     FakeIndex.routes["/simple/torch-xla/"] = (200, JSON_TYPE, body)
     with pytest.raises(Failure) as caught:
         Index(f"{index_server}/simple/").files("torch-xla")
-    assert caught.value.rule == "index-answer" and f"more than {MAX_PAGE_BYTES} bytes" in caught.value.message
+    assert caught.value.rule == "index-answer" and f"at most {MAX_PAGE_BYTES} bytes" in caught.value.message
 
 
 def test_yanked_files_are_marked_in_json_and_html(index_server: str) -> None:
@@ -207,3 +210,37 @@ def test_credentials_in_the_index_url_are_sent_to_it_and_never_shown(index_serve
     assert FakeIndex.authorizations == ["Basic " + base64.b64encode(b"user:s3cret").decode()]
     shown = caught.value.render()
     assert "s3cret" not in shown and f"http://***@{host}/simple/torch-xla/" in shown, shown
+
+
+# --- reads that end: the deadlines (run.netread) against a real dribbling server ---------------------------------
+
+@pytest.fixture
+def dribbling() -> Iterator[RudeServer]:
+    """An index on 127.0.0.1 answering every request with a page, one byte every 0.3 s (each read alone is far
+    inside requests' 60 s read timeout: only an overall deadline ends the exchange)."""
+    page = json.dumps({"meta": {"api-version": "1.0"}, "files": []}).encode()
+    server = RudeServer(lambda exchange: exchange.dribble(answer(200, {"Content-Type": JSON_TYPE}, page), 0.3))
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("limits, needle", [({"request_seconds": 1.0}, "within 1 s (the overall deadline)"),
+                                            ({"command_seconds": 1.0}, "within 1 s (the deadline of all")],
+                         ids=["request", "command"])
+def test_an_index_dribbling_its_answer_is_cut_at_the_deadline(dribbling: RudeServer, limits: dict,
+                                                              needle: str) -> None:
+    index = Index(f"http://user:s3cret@{dribbling.host}/simple/", attempts=1, **limits)
+    started = time.monotonic()
+    with pytest.raises(Failure) as caught:
+        index.files("torch-xla")
+    assert time.monotonic() - started < 10
+    assert caught.value.rule == "index-slow" and needle in caught.value.message
+    assert dribbling.host in caught.value.message and "s3cret" not in caught.value.render()
+
+
+def test_no_exchange_starts_once_the_command_deadline_passed(dribbling: RudeServer) -> None:
+    index = Index(f"http://{dribbling.host}/simple/", command_seconds=5.0)
+    index._started = time.monotonic() - 6
+    with pytest.raises(Failure) as caught:
+        index.wheel_member(IndexFile(WHEEL, f"http://{dribbling.host}/files/{WHEEL}"), lambda name: True)
+    assert caught.value.rule == "index-slow" and dribbling.requests == []

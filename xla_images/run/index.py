@@ -9,24 +9,33 @@ what torch_xla releases exist and what each pins. How, and why:
   from the file's tail, then the one compressed member — a few hundred KB per wheel.
 * every answer is checked before use (content type, JSON shape, sizes, zip records), and every problem is a
   Failure naming the URL and the rule: `index-network` (unreachable after retries), `index-answer` (an answer
-  of the wrong shape), `wheel-metadata` (a wheel whose zip or METADATA cannot be read).
+  of the wrong shape or size), `wheel-metadata` (a wheel whose zip or METADATA cannot be read), `index-slow`
+  (an exchange past its deadline).
+* every read ends (run.netread): each exchange, retries included, within REQUEST_SECONDS, and all of one
+  Index's within COMMAND_SECONDS, the deadline biting at the socket (a server dribbling a byte every 25 s is
+  cut when the time is up); every body is bounded as it streams (a page by MAX_PAGE_BYTES, a range by its size).
+* credentials in the index URL (`https://user:secret@host/simple/`) go to that index (requests sends them as
+  basic auth, and drops them on a redirect to another host); every message names the URL redacted.
 """
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import html.parser
 import re
 import struct
+import time
 import urllib.parse
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import requests
 import tenacity
 
-from ..errors import Failure, shorten, shown_value
+from ..errors import Failure, redacted, shorten, shown_value
 from ..model.wheel_index import PUBLIC_INDEX
+from . import netread
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 # A project page of the public index: torch's lists ~1000 files in ~420 KB (JSON, 2026-12). Far more is not an
@@ -38,7 +47,11 @@ MAX_FILES = 50_000
 TAIL_BYTES = 256 * 1024
 MAX_CENTRAL_DIRECTORY = 16 * 1024 * 1024
 MAX_MEMBER_BYTES = 4 * 1024 * 1024  # a METADATA or version.py, compressed or not
-TIMEOUT = (10, 60)  # connect, read (seconds)
+TIMEOUT = (10, 60)  # connect, read (seconds): each socket read; the deadlines below bound the whole
+# One exchange (a page or a range, with its retries): the public index answers in under a second.
+REQUEST_SECONDS = 120.0
+# Everything one Index reads (one `update`: 3 pages and 2-4 ranges per release, ~1 s per release measured).
+COMMAND_SECONDS = 600.0
 ATTEMPTS = 4
 WHEEL_NAME = re.compile(r"(?P<name>[^-/]+)-(?P<version>[^-/]+)(-\d[^-/]*)?-(?P<python>[^-/]+)-(?P<abi>[^-/]+)"
                         r"-(?P<platform>[^-/]+)\.whl")
@@ -77,10 +90,14 @@ class Index:
     session: Any = None
     attempts: int = ATTEMPTS
     first_wait: float = 1.0
+    request_seconds: float = REQUEST_SECONDS
+    command_seconds: float = COMMAND_SECONDS
     # Bytes of answers read so far (benchmarks/bench_update.py prints it: range requests keep it small).
     received: int = 0
     # url -> central directory: reading METADATA and then version.py of one wheel reads its tail once.
     _directories: dict[str, bytes] = field(default_factory=dict)
+    # When the first exchange began: COMMAND_SECONDS count from there.
+    _started: float | None = None
 
     def __post_init__(self) -> None:
         if not self.url.endswith("/"):
@@ -88,16 +105,43 @@ class Index:
         if self.session is None:
             self.session = requests.Session()
             self.session.headers["User-Agent"] = "xla-images update"
+            for scheme in ("http://", "https://"):  # socket reads that end at the deadline in force
+                self.session.mount(scheme, netread.DeadlineAdapter())
         if self.ca_bundle:
             self.session.verify = self.ca_bundle
+
+    @contextlib.contextmanager
+    def _exchange(self, url: str, what: str) -> Iterator[None]:
+        """The block of one exchange with `url`: it ends within request_seconds, and within what is left of
+        command_seconds; past either, a Failure `index-slow` naming the host (never its credentials)."""
+        now = time.monotonic()
+        self._started = now if self._started is None else self._started
+        left = self.command_seconds - (now - self._started)
+        host = _host(url)
+        if left <= 0:
+            raise self._command_failure(host)
+        try:
+            with netread.deadline(min(self.request_seconds, left), host=host, what=what, rule="index-slow"):
+                yield
+        except Failure as error:
+            if error.rule == "index-slow" and left < self.request_seconds:
+                raise self._command_failure(host) from None
+            raise
+
+    def _command_failure(self, host: str) -> Failure:
+        return Failure(f"{host}: reading the index did not finish within {self.command_seconds:g} s (the "
+                       "deadline of all of one command's reads)", rule="index-slow",
+                       hint="the index answers too slowly (or dribbles its answers); try again later, or check "
+                            "the network and any proxy in between")
 
     # --- the simple API -------------------------------------------------------------------------------------
 
     def files(self, project: str) -> list[IndexFile]:
         """Every file the project's page lists (JSON form where served, HTML otherwise)."""
         page = urllib.parse.urljoin(self.url, f"{project}/")
-        response = self._get(page, {"Accept": ACCEPT})
-        body = _bounded_body(response, page, MAX_PAGE_BYTES)
+        with self._exchange(page, f"the {project} page"):
+            response = self._get(page, {"Accept": ACCEPT})
+            body = _bounded_body(response, page, MAX_PAGE_BYTES)
         self.received += len(body)
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind == JSON_TYPE:
@@ -145,13 +189,15 @@ class Index:
         return None
 
     def _tail(self, file: IndexFile) -> tuple[bytes, int]:
-        response = self._get(file.url, {"Range": f"bytes=-{TAIL_BYTES}"})
-        if response.status_code != 206:
-            response.close()
-            raise Failure(f"{file.url} answered {response.status_code} to a range request", location=file.url,
-                          rule="index-answer", hint="the wheels' host must serve HTTP range requests (the public "
-                                                    "index does); whole wheels are not downloaded to read METADATA")
-        body = _bounded_body(response, file.url, TAIL_BYTES)
+        with self._exchange(file.url, f"the last {TAIL_BYTES} bytes of {file.filename}"):
+            response = self._get(file.url, {"Range": f"bytes=-{TAIL_BYTES}"})
+            if response.status_code != 206:
+                response.close()
+                raise Failure(f"{file.url} answered {response.status_code} to a range request", location=file.url,
+                              rule="index-answer", hint="the wheels' host must serve HTTP range requests (the "
+                                                        "public index does); whole wheels are not downloaded to "
+                                                        "read METADATA")
+            body = _bounded_body(response, file.url, TAIL_BYTES)
         self.received += len(body)
         match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
         if match is None or int(match[2]) - int(match[1]) + 1 != len(body) or int(match[2]) + 1 != int(match[3]):
@@ -161,12 +207,13 @@ class Index:
 
     def _range(self, url: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of `url`."""
-        response = self._get(url, {"Range": f"bytes={start}-{end - 1}"})
-        if response.status_code != 206:
-            response.close()
-            raise Failure(f"{url} answered {response.status_code} to a range request", location=url,
-                          rule="index-answer")
-        body = _bounded_body(response, url, end - start)
+        with self._exchange(url, f"bytes {start}-{end - 1} of {url.rsplit('/', 1)[-1]}"):
+            response = self._get(url, {"Range": f"bytes={start}-{end - 1}"})
+            if response.status_code != 206:
+                response.close()
+                raise Failure(f"{url} answered {response.status_code} to a range request", location=url,
+                              rule="index-answer")
+            body = _bounded_body(response, url, end - start)
         self.received += len(body)
         if not body:  # shorter is fine: a read with slack may run past the end of the file
             raise _bad(url, f"an empty answer for bytes {start}-{end - 1}")
@@ -178,9 +225,10 @@ class Index:
         if not url.startswith(("https://", "http://")):
             raise Failure(f"refusing to fetch {shown_value(url)}: not an http(s) URL", location=url,
                           rule="index-answer")
+        backoff = tenacity.wait_exponential(multiplier=self.first_wait, max=20)
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
-            wait=tenacity.wait_exponential(multiplier=self.first_wait, max=20),
+            wait=lambda state: _within_deadline(backoff(state)),
             retry=tenacity.retry_if_exception_type(_Transient), reraise=True)
         try:
             return retrying(self._get_once, url, headers)
@@ -213,24 +261,27 @@ class Index:
 
 # --- answers ------------------------------------------------------------------------------------------------
 
-def _bounded_body(response: requests.Response, url: str, limit: int) -> bytes:
-    """The body, refused once it passes `limit` bytes (a wrong URL must not fill the memory)."""
-    chunks: list[bytes] = []
-    size = 0
+def _within_deadline(seconds: float) -> float:
+    """A retry's wait, cut to what is left of the deadline in force (the next attempt then fails at once)."""
+    now = netread.current()
+    return seconds if now is None else max(min(seconds, now.remaining()), 0.0)
+
+
+def _host(url: str) -> str:
+    """`host[:port]` of `url`, without the credentials a URL may carry."""
+    parts = urllib.parse.urlsplit(url)
     try:
-        for chunk in response.iter_content(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise Failure(f"{url} answered more than {limit} bytes", location=url, rule="index-answer",
-                              hint="is the wheel source's index_url a simple index?")
-            chunks.append(chunk)
-    except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
-            requests.exceptions.Timeout) as error:
-        raise Failure(f"reading {url} broke off: {shorten(str(error), 200)}", location=url,
-                      rule="index-network") from None
-    finally:
-        response.close()
-    return b"".join(chunks)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is no number: the whole netloc, redacted
+        return redacted(f"{parts.scheme}://{parts.netloc}")
+    return f"{parts.hostname or ''}{port}"
+
+
+def _bounded_body(response: requests.Response, url: str, limit: int) -> bytes:
+    """The body, refused once it passes `limit` bytes (a wrong URL must not fill the memory): a declared
+    Content-Length over it before a byte is read, a stream as it grows. A cut or broken body: a Failure."""
+    path = urllib.parse.urlsplit(url).path
+    return netread.read_body(response, limit, host=_host(url), what=f"GET {path}", rule="index-answer")
 
 
 def _shown_json(value: Any) -> str:
