@@ -366,7 +366,8 @@ def test_markers_are_evaluated_for_the_matrix_pythons_not_the_host(tmp_path: Pat
     assert result.facts[0].libtpu == "0.0.30"
     assert yamlsrc.loads(result.after, "m.yaml").data["releases"]["2.10.1"]["libtpu"] == "0.0.30"
     # A marker no image python meets pins nothing, whatever python runs update.
-    text = f'Name: torch_xla\nVersion: 2.9.0\nRequires-Dist: libtpu==0.0.21; extra == "tpu" and python_version == "{host}"\n'
+    text = ('Name: torch_xla\nVersion: 2.9.0\n'
+            f'Requires-Dist: libtpu==0.0.21; extra == "tpu" and python_version == "{host}"\n')
     others = tuple(python for python in PYTHONS if python != host)
     assert metadata_pins(text, "u", "2.9.0", others) == {}
 
