@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from .. import resources, yamlsrc
-from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
+from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value, without_credentials
 from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
 from .registry import EXAMPLE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
@@ -56,11 +56,13 @@ class WheelSource:
         return self.index_url is None and self.wheelhouse is None
 
     def to_json(self) -> dict[str, Any]:
+        """The source's facts, hashed into lock inputs and flavour ids (image labels): URLs without the credentials
+        they may carry, which say nothing about the wheels and must not end up, even hashed, in a label."""
         return {
             "name": self.name,
-            "index_url": self.index_url,
-            "extra_index_urls": list(self.extra_index_urls),
-            "find_links": list(self.find_links),
+            "index_url": without_credentials(self.index_url) if self.index_url else self.index_url,
+            "extra_index_urls": [without_credentials(url) for url in self.extra_index_urls],
+            "find_links": [without_credentials(link) for link in self.find_links],
             "wheelhouse": self.wheelhouse,
             "torch_local": self.torch_local,
             "torch_xla_local": self.torch_xla_local,
