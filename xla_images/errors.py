@@ -14,7 +14,9 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]*@")
 
 
 def shorten(text: str, limit: int = 120) -> str:
-    """`text` cut to `limit` characters: a message must stay readable whatever the user wrote."""
+    """`text` cut to `limit` characters: a message must stay readable whatever the user wrote. URL credentials
+    are redacted first: cut in the middle (`https://user:sec...`), they could no longer be recognised."""
+    text = redacted(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

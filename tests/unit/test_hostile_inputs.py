@@ -234,6 +234,19 @@ def test_hostile_set_is_refused_with_rule(override: str, rule: str) -> None:
     assert len(outcome.err) < 2000  # the value is not echoed back in full
 
 
+@pytest.mark.parametrize("secret", ["s3cr3tpassw0rd", "s3cr3t-" + "x" * 200])
+def test_credentials_in_a_refused_setting_are_not_echoed(tmp_path: Path, secret: str) -> None:
+    """Cut to a readable length, a URL's credentials could no longer be recognised: redacted before the cut."""
+    value = f"[{{name: corp, index_url: 'https://user:{secret}@host/simple x'}}]"
+    outcome = run_cli("validate", "--matrix", str(ROOT / "matrix.yaml"), "--set", f"wheel_sources={value}")
+    assert outcome.code == 2 and "site-wheel-sources" in outcome.rules, outcome.err
+    assert "s3cr" not in outcome.err and "***@" in outcome.err, outcome.err
+    site = tmp_path / "site.yaml"
+    site.write_text(f"wheel_sources: {value}\n")
+    outcome = run_cli("validate", "--matrix", str(ROOT / "matrix.yaml"), "--site", str(site))
+    assert outcome.code == 2 and "s3cr" not in outcome.err, outcome.err
+
+
 # --- published.json ------------------------------------------------------------------------------------------
 
 DIGEST = "sha256:" + "a" * 64
