@@ -14,9 +14,9 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 
 
 @contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
-    """A threaded stdlib HTTP server of `handler` on 127.0.0.1 for the block; yields its port."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: type[http.server.BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[int]:
+    """A threaded stdlib HTTP server of `handler` on `host` (127.0.0.x) for the block; yields its port."""
+    httpd = http.server.ThreadingHTTPServer((host, 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -27,7 +27,8 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
 
 
 class FakeIndex(http.server.BaseHTTPRequestHandler):
-    """Serves `routes`: path -> (status, content type, body); honours `Range: bytes=` unless `no_ranges`."""
+    """Serves `routes`: path -> (status, content type, body[, headers]); honours `Range: bytes=` unless
+    `no_ranges`; records each request's path and Authorization header."""
 
     routes: dict[str, tuple[int, str, bytes]] = {}
     no_ranges = False
@@ -37,7 +38,7 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 -- the http.server API
         type(self).requests.append(self.path)
         type(self).authorizations.append(self.headers.get("Authorization"))
-        status, kind, body = self.routes.get(self.path, (404, "text/plain", b"not found"))
+        status, kind, body, *headers = self.routes.get(self.path, (404, "text/plain", b"not found"))
         wanted = self.headers.get("Range")
         if wanted and status == 200 and not self.no_ranges:
             spec = wanted.split("=", 1)[1]
@@ -52,6 +53,8 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
         else:
             self.send_response(status)
         self.send_header("Content-Type", kind)
+        for name, value in (headers[0] if headers else {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         with contextlib.suppress(ConnectionError):  # a client that stops reading at its bound hangs up

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from fake_index import FakeIndex, json_page
+from fake_index import FakeIndex, json_page, serving
 from rude_server import RudeServer, answer
 from xla_images.errors import Failure
 from xla_images.run.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile
@@ -202,14 +202,27 @@ def test_a_zip64_extra_field_past_its_entry_is_a_metadata_error() -> None:
 
 # --- credentials in the index URL (issue 35) --------------------------------------------------------------------
 
-def test_credentials_in_the_index_url_are_sent_to_it_and_never_shown(index_server: str) -> None:
+def test_credentials_in_the_index_url_go_to_it_only_and_are_never_shown(index_server: str) -> None:
     host = index_server.removeprefix("http://")
+    basic = "Basic " + base64.b64encode(b"user:s3cret").decode()
     index = Index(f"http://user:s3cret@{host}/simple/", attempts=1)
     with pytest.raises(Failure) as caught:
         index.files("torch-xla")  # 404: the error names the page
-    assert FakeIndex.authorizations == ["Basic " + base64.b64encode(b"user:s3cret").decode()]
+    assert FakeIndex.authorizations == [basic]
     shown = caught.value.render()
     assert "s3cret" not in shown and f"http://***@{host}/simple/torch-xla/" in shown, shown
+
+    class OtherHost(FakeIndex):  # a redirect to another host: no Authorization goes there
+        routes: dict = {}
+        requests: list = []
+        authorizations: list = []
+
+    with serving(OtherHost, "127.0.0.2") as port:
+        OtherHost.routes["/simple/torch-xla/"] = json_page([{"filename": WHEEL, "url": WHEEL}])
+        FakeIndex.routes["/simple/torch-xla/"] = (302, "text/plain", b"",
+                                                  {"Location": f"http://127.0.0.2:{port}/simple/torch-xla/"})
+        assert [file.filename for file in index.files("torch-xla")] == [WHEEL]
+    assert FakeIndex.authorizations == [basic, basic] and OtherHost.authorizations == [None]
 
 
 # --- reads that end: the deadlines (run.netread) against a real dribbling server ---------------------------------
@@ -244,3 +257,4 @@ def test_no_exchange_starts_once_the_command_deadline_passed(dribbling: RudeServ
     with pytest.raises(Failure) as caught:
         index.wheel_member(IndexFile(WHEEL, f"http://{dribbling.host}/files/{WHEEL}"), lambda name: True)
     assert caught.value.rule == "index-slow" and dribbling.requests == []
+
