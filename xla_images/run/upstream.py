@@ -127,7 +127,7 @@ def write_update(result: UpdateResult) -> list[Path]:
 
 
 def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
-                  pythons: tuple[str, ...] = ()) -> ReleaseFacts:
+                  pythons: tuple[str, ...] = DEFAULT_PYTHONS) -> ReleaseFacts:
     """The facts of torch_xla `version` from the index's files and one of its wheels. `pythons`: those the
     matrix builds; the wheel's markers are evaluated for the ones torch_xla has wheels for (not this host's)."""
     names = {project: [file.filename for file in found] for project, found in files.items()}
