@@ -29,6 +29,8 @@ class Exchange:
     def dribble(self, data: bytes, every: float) -> None:
         """`data` one byte at a time, `every` seconds apart (until the server closes or MAX_SECONDS pass)."""
         started = time.monotonic()
+        if not data:
+            self._stop.wait(every)  # a pause
         for index in range(len(data)):
             if self._stop.wait(every) or time.monotonic() - started > MAX_SECONDS:
                 return

@@ -122,10 +122,12 @@ def test_a_broken_gzip_body_is_a_failure(rude) -> None:
 
 def test_an_answer_that_closes_the_connection_is_read_whole(rude) -> None:
     def script(exchange: Exchange) -> None:
-        exchange.send(answer(200, {"Connection": "close"}, b"last" * 100))
-        exchange.conn.close()  # http.client closes its side after the headers: the body is still read
+        exchange.send(answer(200, {"Connection": "close"}, length=400_000))
+        exchange.dribble(b"", every=0.2)  # the headers arrive alone; http.client closes its connection then
+        exchange.send(b"last" * 100_000)
+        exchange.conn.close()
 
-    assert fetch(rude(script)) == b"last" * 100
+    assert fetch(rude(script)) == b"last" * 100_000
 
 
 @pytest.fixture(scope="module")

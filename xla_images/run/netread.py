@@ -129,7 +129,6 @@ class _DeadlineSocket:
             raise socket.timeout(f"the {now.seconds:g} s deadline passed")
         self._sock.settimeout(left if self._timeout is None else min(self._timeout, left))
 
-    # Arguments pass through as given: SSLSocket.recv_into reads `nbytes` bytes when told 0, not "all that fits".
     def recv_into(self, buffer: Any, *args: Any) -> int:
         self._arm()
         return int(self._sock.recv_into(buffer, *args))
