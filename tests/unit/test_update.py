@@ -181,7 +181,8 @@ def test_the_cache_round_trips_and_bad_caches_name_the_rule(tmp_path: Path) -> N
     path = tmp_path / wheel_index.WHEELS_FILE
     path.write_text(cache.dumps())
     assert wheel_index.load(path).wheels == cache.wheels
-    for bad in ("{", '{"schema": 2}', '{"schema": 1, "index": "x", "wheels": {"torch": {"2.9.0": ["3.1x"]}}}'):
+    for bad in ("{", '{"schema": 2}', '{"schema": 1, "index": "x", "wheels": {"torch": {"2.9.0": ["3.1x"]}}}',
+                "[" * 200_000 + "]" * 200_000):
         path.write_text(bad)
         with pytest.raises(ConfigError) as caught:
             wheel_index.load(path)

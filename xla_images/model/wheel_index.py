@@ -143,6 +143,8 @@ def load(path: Path) -> WheelIndex | None:
         data = json.loads(text)
     except ValueError as error:
         raise bad(f"not JSON: {error}") from None
+    except RecursionError:  # `[[[[...` deeper than the parser recurses
+        raise bad("JSON nested too deep to be the wheel cache") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("index"), str) \
             or not isinstance(data.get("wheels"), dict):
         raise bad(f"expected {{schema: {SCHEMA}, index: URL, wheels: {{project: {{version: [python...]}}}}}}")
