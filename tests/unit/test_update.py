@@ -403,13 +403,15 @@ def test_write_keeps_a_symlinked_matrix_and_the_modes(tmp_path: Path) -> None:
     assert stat.S_IMODE((shared / "matrix.yaml").stat().st_mode) == 0o664
     umask = os.umask(0o022)
     os.umask(umask)
-    cache = repo / wheel_index.WHEELS_FILE  # new: a checkout file's mode, not 0600
+    # Beside the matrix file itself, where validation reads it; new: a checkout file's mode, not 0600.
+    cache = shared / wheel_index.WHEELS_FILE
     assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask
     cache.chmod(0o640)
     (shared / "matrix.yaml").write_text(MATRIX)
     write_update(plan_update(repo / "matrix.yaml", load_site(None), index=memory_index(("2.11.0",))))
     assert stat.S_IMODE(cache.stat().st_mode) == 0o640 and '"2.11.0"' in cache.read_text()
-    assert sorted(path.name for path in shared.iterdir()) == ["matrix.yaml"]  # no temporary file left
+    assert sorted(path.name for path in shared.iterdir()) == ["matrix.wheels.json", "matrix.yaml"]  # no temp file
+    assert wheel_index.load(load_plan(repo / "matrix.yaml").root / wheel_index.WHEELS_FILE) is not None
 
 
 def test_credentials_in_the_index_url_are_never_printed_or_written(index_server: str, tmp_path: Path) -> None:

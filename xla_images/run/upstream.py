@@ -65,7 +65,8 @@ class UpdateResult:
 
     @property
     def cache_path(self) -> Path:
-        return self.matrix_path.parent / wheel_index.WHEELS_FILE
+        """Beside the matrix file itself (a symlinked matrix's target), where validation reads it (plan)."""
+        return userfiles.resolve_path(self.matrix_path).parent / wheel_index.WHEELS_FILE
 
 
 def plan_update(matrix_path: Path, site: Site, releases: tuple[str, ...] = (), index: Index | None = None,
@@ -103,7 +104,7 @@ def plan_update(matrix_path: Path, site: Site, releases: tuple[str, ...] = (), i
     edit = decide_update.edit_matrix(before, shown, decisions)
     cache = _cache(without_credentials(index.url), edit.text, shown, files)
     decide_update.validate(edit.text, shown, site, cache)
-    cache_path = matrix_path.parent / wheel_index.WHEELS_FILE
+    cache_path = userfiles.resolve_path(matrix_path).parent / wheel_index.WHEELS_FILE
     cache_before = userfiles.read_optional(cache_path, limit=userfiles.JSON_LIMIT, follow_symlinks=True) or ""
     return UpdateResult(matrix_path, before, edit.text, decide_update.diff(before, edit.text, shown), edit.added,
                         tuple(item for item in facts if item.torch_xla in edit.added), cache_before, cache.dumps(),
