@@ -420,7 +420,7 @@ def test_credentials_in_the_index_url_are_never_printed_or_written(index_server:
 
     four = ("3.10", "3.11", "3.12", "3.13")
     pages = {project: [name for version in versions for name in wheels(project.replace("-", "_"), version, four)]
-             for project, versions in (("torch-xla", ("2.7.0", "2.9.0", "2.10.0")),
+             for project, versions in (("torch-xla", ("2.7.0", "2.9.0", "2.10.0", "9999.0.0")),
                                        ("torch", ("2.7.0", "2.9.0", "2.10.0")), ("libtpu", ("0.0.11.1", "0.0.21")))}
     pages["libtpu"] += wheels("libtpu", "0.0.30", four[:3])
     metadata = 'Name: torch_xla\nVersion: 2.10.0\nRequires-Dist: libtpu==0.0.30; extra == "tpu"\n'
@@ -436,6 +436,8 @@ def test_credentials_in_the_index_url_are_never_printed_or_written(index_server:
     outcome = run_cli("update", "--write", "--matrix", str(tmp_path / "matrix.yaml"), "--set", source)
     assert outcome.code == 0, outcome.err
     assert "s3cret" not in outcome.out + outcome.err and f"http://***@{host}/simple/" in outcome.err
+    assert "warning: torch_xla 9999.0.0 skips more than a minor release after 2.10.0: not proposed (--allow " \
+           "9999.0.0 takes it)" in outcome.err
     assert all(authorization == "Basic dXNlcjpzM2NyZXQ=" for authorization in FakeIndex.authorizations)
     written = [path for path in tmp_path.rglob("*") if path.is_file()]
     assert not [path for path in written if b"s3cret" in path.read_bytes()]
