@@ -51,6 +51,14 @@ class Location:
         return f"{self.path}:{self.line}:{self.column}"
 
 
+def _redacted_location(location: Location | str | None) -> Location | str | None:
+    if isinstance(location, str):
+        return redacted(location)
+    if isinstance(location, Location) and redacted(location.path) != location.path:
+        return Location(redacted(location.path), location.line, location.column)
+    return location
+
+
 class XlaImagesError(Exception):
     """Base: a message, and optionally where, which rule and how to fix it."""
 
@@ -64,24 +72,23 @@ class XlaImagesError(Exception):
         rule: str | None = None,
         hint: str | None = None,
     ) -> None:
+        # A URL's credentials are redacted from all of it (message, location, hint): an error is printed, logged
+        # and written into reports, and a secret is none of those.
+        message = redacted(message)
         super().__init__(message)
         self.message = message
-        self.location = location
+        self.location = _redacted_location(location)
         self.rule = rule
-        self.hint = hint
+        self.hint = redacted(hint) if hint else hint
 
     def render(self) -> str:
-        """One readable block: `file:line: error [rule]: message` then the hint.
-
-        A URL's credentials are redacted wherever they appear (a message, a location): an error is printed and
-        logged, and a secret is neither.
-        """
+        """One readable block: `file:line: error [rule]: message` then the hint."""
         prefix = f"{self.location}: " if self.location else ""
         rule = f" [{self.rule}]" if self.rule else ""
         text = f"{prefix}error{rule}: {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
-        return redacted(text)
+        return text
 
     def __str__(self) -> str:
         return self.render()
