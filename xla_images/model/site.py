@@ -177,7 +177,9 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
         raise ConfigError(f"unknown site setting {shown_value(head)}", location=where, rule="site-unknown-key",
                           hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
     value: Any = ""
-    if raw_value.strip():
+    if head in ("registry", "ca_bundle", "cosign_public_key", "pull_mirror") or (head == "bases" and rest):
+        value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
+    elif raw_value.strip():
         try:  # bounded like a file: an alias bomb in --set is refused, not built
             parsed = yamlsrc.loads(raw_value, str(where))
             _check_integers(parsed, where)
@@ -186,8 +188,6 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
             if error.rule != "yaml-syntax":
                 raise
             value = raw_value  # not YAML: the text itself (validated as a setting below)
-    if head in ("registry", "ca_bundle", "cosign_public_key", "pull_mirror") or (head == "bases" and rest):
-        value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     # Only `bases` is keyed by python version, and those keys contain dots: split once.
     return ((head, rest) if rest else (head,)), value
 
