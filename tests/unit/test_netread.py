@@ -146,7 +146,8 @@ def tls_server(rude, certificate: Path, script: Callable[[Exchange], None]) -> R
 
 
 def test_over_tls_a_prompt_answer_is_read_and_a_dribbling_one_is_cut(rude, certificate: Path) -> None:
-    prompt = tls_server(rude, certificate, lambda exchange: exchange.send(answer(200, {"Connection": "close"}, b"t" * 9)))
+    prompt = tls_server(rude, certificate,
+                        lambda exchange: exchange.send(answer(200, {"Connection": "close"}, b"t" * 9)))
     assert fetch(prompt, ca=certificate / "cert.pem") == b"t" * 9
     slow = tls_server(rude, certificate, lambda exchange: exchange.dribble(answer(200, {}, b"ok"), every=0.3))
     with pytest.raises(Failure) as caught:
