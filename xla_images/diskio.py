@@ -6,6 +6,8 @@
   written through) with a unique name; SIGINT/SIGTERM are held back while it exists, so Ctrl-C lands before or
   after a write, never in one. With `root=`, the path must lie inside `root` with no symlink on the way
   (`inside`); the rename replaces a directory entry and never follows a link at the final name either.
+* `replace_in_place`: the same for a user's own file: a symlink stays one (its target is rewritten), the mode
+  stays what it was.
 * `inside`: the check itself — every existing component below `root` is lstat-ed: a symlink is `disk-symlink`,
   a file where a directory belongs (or a directory where a file belongs) is `disk-type`, a path that leaves
   `root` (`..`) is `disk-outside`; all ConfigErrors naming the component.
@@ -116,12 +118,12 @@ def _deliver(number: int, handler: Any) -> None:
 
 
 def write_text_atomic(path: Path, text: str, what: str = "", *, root: Path | None = None,
-                      shared: bool = False) -> None:
+                      shared: bool = False, mode: int | None = None) -> None:
     """Replace `path` by `text` all at once; on any error or interrupt the old file stays and no temp file is left.
 
     `root`: refuse (ConfigError) a `path` outside it or reached through a symlink, or of the wrong shape.
     `shared`: the file gets the umask's mode like any checkout file (generated files); else it stays private
-    (0600, reports and records).
+    (0600, reports and records). `mode`: exactly this mode (replace_in_place keeps the old file's).
     """
     if root is not None:
         path = inside(root, path)
@@ -136,8 +138,8 @@ def write_text_atomic(path: Path, text: str, what: str = "", *, root: Path | Non
         temporary = _create_exclusive(path, what)
         try:
             with os.fdopen(temporary[0], "w", encoding="utf-8") as stream:
-                if shared:
-                    os.fchmod(stream.fileno(), 0o666 & ~_UMASK)
+                if mode is not None or shared:
+                    os.fchmod(stream.fileno(), mode if mode is not None else 0o666 & ~_UMASK)
                 stream.write(text)
                 stream.flush()
                 os.fsync(stream.fileno())
@@ -151,6 +153,24 @@ def write_text_atomic(path: Path, text: str, what: str = "", *, root: Path | Non
             if isinstance(error, OSError):
                 raise failure(error, path, what) from None
             raise
+
+
+def replace_in_place(path: Path, text: str, what: str = "") -> Path:
+    """Rewrite a file the user keeps (matrix.yaml, matrix.wheels.json) as an editor would; returns what was written.
+
+    A symlink at `path` stays a symlink: the file it points to is rewritten (atomically, as write_text_atomic).
+    The file keeps its mode (a committed file is not made private); a new file gets the umask's, like any
+    checkout file.
+    """
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise failure(error, target, what) from None
+    write_text_atomic(target, text, what, shared=True, mode=mode)
+    return target
 
 
 def make_directory(directory: Path, root: Path | None = None) -> None:

@@ -5,17 +5,34 @@ location, the rule broken and a hint; nothing a user can provoke should surface 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# The userinfo of a URL (`https://user:secret@host/`): a credential, never printed. Greedy up to the last `@`
+# before the host ends, so a raw `@` in a password (`user:p@ss@host`) is covered too.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]*@")
 
 
 def shorten(text: str, limit: int = 120) -> str:
-    """`text` cut to `limit` characters: a message must stay readable whatever the user wrote."""
+    """`text` cut to `limit` characters: a message must stay readable whatever the user wrote. URL credentials
+    are redacted first: cut in the middle (`https://user:sec...`), they could no longer be recognised."""
+    text = redacted(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def shown_value(value: object, limit: int = 60) -> str:
     """A user's value for a message: its repr, shortened."""
     return shorten(repr(value), limit)
+
+
+def redacted(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced by `***` (`https://***@index/simple/`)."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def without_credentials(url: str) -> str:
+    """`url` with no userinfo at all: what a file that is committed or shared may name."""
+    return _USERINFO.sub(r"\1", url)
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,14 @@ class Location:
         return f"{self.path}:{self.line}:{self.column}"
 
 
+def _redacted_location(location: Location | str | None) -> Location | str | None:
+    if isinstance(location, str):
+        return redacted(location)
+    if isinstance(location, Location) and redacted(location.path) != location.path:
+        return Location(redacted(location.path), location.line, location.column)
+    return location
+
+
 class XlaImagesError(Exception):
     """Base: a message, and optionally where, which rule and how to fix it."""
 
@@ -47,11 +72,14 @@ class XlaImagesError(Exception):
         rule: str | None = None,
         hint: str | None = None,
     ) -> None:
+        # A URL's credentials are redacted from all of it (message, location, hint): an error is printed, logged
+        # and written into reports, and a secret is none of those.
+        message = redacted(message)
         super().__init__(message)
         self.message = message
-        self.location = location
+        self.location = _redacted_location(location)
         self.rule = rule
-        self.hint = hint
+        self.hint = redacted(hint) if hint else hint
 
     def render(self) -> str:
         """One readable block: `file:line: error [rule]: message` then the hint."""

@@ -18,5 +18,5 @@ def index_server_started() -> Iterator[str]:
 @pytest.fixture()
 def index_server(index_server_started: str) -> str:
     """The local index's base URL, serving nothing until the test puts routes in FakeIndex.routes."""
-    FakeIndex.routes, FakeIndex.no_ranges, FakeIndex.requests = {}, False, []
+    FakeIndex.routes, FakeIndex.no_ranges, FakeIndex.requests, FakeIndex.authorizations = {}, False, [], []
     return index_server_started

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import io
+import json
 import threading
+import zipfile
 from typing import Iterator
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 
 
 @contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
-    """A threaded stdlib HTTP server of `handler` on 127.0.0.1 for the block; yields its port."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: type[http.server.BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[int]:
+    """A threaded stdlib HTTP server of `handler` on `host` (127.0.0.x) for the block; yields its port."""
+    httpd = http.server.ThreadingHTTPServer((host, 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -22,15 +27,18 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
 
 
 class FakeIndex(http.server.BaseHTTPRequestHandler):
-    """Serves `routes`: path -> (status, content type, body); honours `Range: bytes=` unless `no_ranges`."""
+    """Serves `routes`: path -> (status, content type, body[, headers]); honours `Range: bytes=` unless
+    `no_ranges`; records each request's path and Authorization header."""
 
     routes: dict[str, tuple[int, str, bytes]] = {}
     no_ranges = False
     requests: list[str] = []  # paths asked for, in order
+    authorizations: list[str | None] = []  # the Authorization header of each request, in order
 
     def do_GET(self) -> None:  # noqa: N802 -- the http.server API
         type(self).requests.append(self.path)
-        status, kind, body = self.routes.get(self.path, (404, "text/plain", b"not found"))
+        type(self).authorizations.append(self.headers.get("Authorization"))
+        status, kind, body, *headers = self.routes.get(self.path, (404, "text/plain", b"not found"))
         wanted = self.headers.get("Range")
         if wanted and status == 200 and not self.no_ranges:
             spec = wanted.split("=", 1)[1]
@@ -45,9 +53,26 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
         else:
             self.send_response(status)
         self.send_header("Content-Type", kind)
+        for name, value in (headers[0] if headers else {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        with contextlib.suppress(ConnectionError):  # a client that stops reading at its bound hangs up
+            self.wfile.write(body)
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+def json_page(files: list[dict]) -> tuple[int, str, bytes]:
+    """A PEP 691 project page listing `files` ({filename, url[, yanked, size]}), as a route."""
+    return 200, JSON_TYPE, json.dumps({"meta": {"api-version": "1.1"}, "files": files}).encode()
+
+
+def wheel(members: dict[str, str]) -> bytes:
+    """A deflated zip holding `members` (name -> text): a wheel as far as run.index reads one."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()

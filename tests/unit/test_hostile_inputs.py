@@ -191,6 +191,11 @@ SITE_CASES = [
      "site-wheel-sources", "name: a"),
     ("site-bomb", BOMB.replace("a: &a", "bases: &a"), "yaml-aliases", "e: &e"),
     ("site-list", "- registry\n", "site-schema", None),
+    # YAML 1.1 integers not written in decimal: refused, not read as 3 (or as an int nobody can print)
+    ("hex-level", "compression:\n  format: zstd\n  level: 0x3\n", "site-number", "level"),
+    ("huge-hex-level", "compression:\n  level: 0x" + "f" * 4000 + "\n", "site-number", "level"),
+    ("binary-level", "compression: {format: zstd, level: 0b11}\n", "site-number", "compression"),
+    ("base-60-level", "compression:\n  level: 3:00\n", "site-number", "level"),
 ]
 
 
@@ -214,6 +219,9 @@ SET_CASES = [
     ("set-space-in-base", "bases.3.11=a b", "site-bases"),
     ("set-unknown", "registri=x/y", "site-unknown-key"),
     ("set-no-equals", "registry", "set-syntax"),
+    ("set-hex-level", "compression.level=0x3", "site-number"),
+    ("set-huge-hex-level", "compression.level=0x" + "f" * 4000, "site-number"),
+    ("set-hex-in-mapping", "compression={format: zstd, level: 0b11}", "site-number"),
 ]
 
 
@@ -224,6 +232,19 @@ def test_hostile_set_is_refused_with_rule(override: str, rule: str) -> None:
     assert_answered(outcome)
     assert rule in outcome.rules, outcome.err
     assert len(outcome.err) < 2000  # the value is not echoed back in full
+
+
+@pytest.mark.parametrize("secret", ["s3cr3tpassw0rd", "s3cr3t-" + "x" * 200])
+def test_credentials_in_a_refused_setting_are_not_echoed(tmp_path: Path, secret: str) -> None:
+    """Cut to a readable length, a URL's credentials could no longer be recognised: redacted before the cut."""
+    value = f"[{{name: corp, index_url: 'https://user:{secret}@host/simple x'}}]"
+    outcome = run_cli("validate", "--matrix", str(ROOT / "matrix.yaml"), "--set", f"wheel_sources={value}")
+    assert outcome.code == 2 and "site-wheel-sources" in outcome.rules, outcome.err
+    assert "s3cr" not in outcome.err and "***@" in outcome.err, outcome.err
+    site = tmp_path / "site.yaml"
+    site.write_text(f"wheel_sources: {value}\n")
+    outcome = run_cli("validate", "--matrix", str(ROOT / "matrix.yaml"), "--site", str(site))
+    assert outcome.code == 2 and "s3cr" not in outcome.err, outcome.err
 
 
 # --- published.json ------------------------------------------------------------------------------------------

@@ -2,16 +2,21 @@
 answers it refuses, each with its rule. The real index is read by tests/unit/test_update_network.py."""
 from __future__ import annotations
 
+import base64
 import io
 import json
+import struct
+import time
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from fake_index import FakeIndex
+from fake_index import FakeIndex, json_page, serving
+from rude_server import RudeServer, answer
 from xla_images.errors import Failure
-from xla_images.run.index import JSON_TYPE, Index, IndexFile
+from xla_images.run.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile
 
 METADATA = ("Metadata-Version: 2.1\nName: torch_xla\nVersion: 9.1.0\nRequires-Dist: absl-py>=1.0.0\n"
             "Provides-Extra: tpu\nRequires-Dist: libtpu==0.0.99; extra == \"tpu\"\n")
@@ -104,3 +109,152 @@ def test_only_http_urls_are_fetched() -> None:
     with pytest.raises(Failure) as caught:
         Index("file:///etc/").files("passwd")
     assert caught.value.rule == "index-answer"
+
+
+# --- answers that must end in a named error, not a traceback or a parse of everything (issue 35) ---------------
+
+def test_json_nested_too_deep_is_an_answer_error(index_server: str) -> None:
+    FakeIndex.routes["/simple/torch-xla/"] = (200, JSON_TYPE, b"[" * 200_000 + b"]" * 200_000)
+    with pytest.raises(Failure) as caught:
+        Index(f"{index_server}/simple/").files("torch-xla")
+    assert caught.value.rule == "index-answer" and "nested too deep" in caught.value.message
+
+
+def test_a_31_mb_page_is_refused_at_the_byte_bound_before_it_is_parsed(index_server: str) -> None:
+    # 400,000 small entries: parsed whole, ~600 MB of objects before the file count could refuse it.
+    entries = [{"filename": f"x-{number}.whl", "url": f"files/x-{number}.whl"} for number in range(400_000)]
+    body = json.dumps({"meta": {"api-version": "1.0"}, "files": entries}).encode()
+    assert len(body) > 20 * 1024 * 1024
+    FakeIndex.routes["/simple/torch-xla/"] = (200, JSON_TYPE, body)
+    with pytest.raises(Failure) as caught:
+        Index(f"{index_server}/simple/").files("torch-xla")
+    assert caught.value.rule == "index-answer" and f"at most {MAX_PAGE_BYTES} bytes" in caught.value.message
+
+
+def test_yanked_files_are_marked_in_json_and_html(index_server: str) -> None:
+    files = [{"filename": "a-1.whl", "url": "a-1.whl", "yanked": True},
+             {"filename": "a-2.whl", "url": "a-2.whl", "yanked": "broken build"},
+             {"filename": "a-3.whl", "url": "a-3.whl", "yanked": False}, {"filename": "a-4.whl", "url": "a-4.whl"}]
+    FakeIndex.routes["/simple/a/"] = json_page(files)
+    assert [file.yanked for file in Index(f"{index_server}/simple/").files("a")] == [True, True, False, False]
+    html = b'<a href="a-1.whl" data-yanked="">a-1.whl</a><a href="a-2.whl" data-yanked="why">a-2.whl</a>' \
+           b'<a href="a-3.whl">a-3.whl</a>'
+    FakeIndex.routes["/simple/a/"] = (200, "text/html", html)
+    assert [file.yanked for file in Index(f"{index_server}/simple/").files("a")] == [True, True, False]
+    FakeIndex.routes["/simple/a/"] = json_page([{"filename": "a-1.whl", "url": "a-1.whl", "yanked": 1}])
+    with pytest.raises(Failure) as caught:
+        Index(f"{index_server}/simple/").files("a")
+    assert caught.value.rule == "index-answer" and "yanked" in caught.value.message
+
+
+def _patched_entry_offset(data: bytes, name: bytes, offset: int) -> bytes:
+    """`data` (a zip) with the central directory entry of `name` pointing its local header at `offset`."""
+    at = 0
+    while True:
+        at = data.index(b"PK\x01\x02", at)
+        name_length = struct.unpack("<H", data[at + 28:at + 30])[0]
+        if data[at + 46:at + 46 + name_length] == name:
+            return data[:at + 42] + struct.pack("<I", offset) + data[at + 46:]
+        at += 4
+
+
+def _cut_local_header() -> bytes:
+    """A wheel whose METADATA entry points at a local header signature in the last 9 bytes of the file."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("torch_xla-9.1.0.dist-info/METADATA", METADATA)
+        archive.comment = b"PK\x03\x04" + b"\0" * 5
+    data = buffer.getvalue()
+    return _patched_entry_offset(data, b"torch_xla-9.1.0.dist-info/METADATA", len(data) - 9)
+
+
+def _cut_zip64_end_record() -> bytes:
+    """A zip64 end record of 10 bytes (56 are due) right before its locator and the end record."""
+    body = b"\0" * 100 + b"PK\x06\x06" + b"\0" * 6
+    locator = b"PK\x06\x07" + struct.pack("<IQI", 0, 100, 1)
+    end = b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 1, 1, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return body + locator + end
+
+
+@pytest.mark.parametrize("make, needle", [(_cut_local_header, "local header"),
+                                          (_cut_zip64_end_record, "zip64 end record")],
+                         ids=["local-header", "zip64-end-record"])
+def test_a_cut_wheel_read_by_range_is_a_metadata_error(index_server: str, make, needle: str) -> None:
+    FakeIndex.routes[f"/files/{WHEEL}"] = (200, "application/octet-stream", make())
+    with pytest.raises(Failure) as caught:
+        Index(f"{index_server}/simple/").wheel_member(IndexFile(WHEEL, f"{index_server}/files/{WHEEL}"),
+                                                      lambda name: name.endswith("METADATA"))
+    assert caught.value.rule == "wheel-metadata" and needle in caught.value.message
+
+
+def test_a_zip64_extra_field_past_its_entry_is_a_metadata_error() -> None:
+    from xla_images.run.index import _entries
+
+    name = b"torch_xla-9.1.0.dist-info/METADATA"
+    extra = b"\x01\x00\x10\x00" + b"\0" * 4  # says 16 bytes of zip64 sizes, holds 4
+    entry = (b"PK\x01\x02" + b"\0" * 6 + struct.pack("<H", 8) + b"\0" * 8
+             + struct.pack("<IIHHH", 0xFFFFFFFF, 0xFFFFFFFF, len(name), len(extra), 0) + b"\0" * 8
+             + struct.pack("<I", 0) + name + extra)
+    with pytest.raises(Failure) as caught:
+        list(_entries(entry, "u"))
+    assert caught.value.rule == "wheel-metadata" and "extra field" in caught.value.message
+
+
+# --- credentials in the index URL (issue 35) --------------------------------------------------------------------
+
+def test_credentials_in_the_index_url_go_to_it_only_and_are_never_shown(index_server: str) -> None:
+    host = index_server.removeprefix("http://")
+    basic = "Basic " + base64.b64encode(b"user:s3cret").decode()
+    index = Index(f"http://user:s3cret@{host}/simple/", attempts=1)
+    with pytest.raises(Failure) as caught:
+        index.files("torch-xla")  # 404: the error names the page
+    assert FakeIndex.authorizations == [basic]
+    shown = caught.value.render()
+    assert "s3cret" not in shown and f"http://***@{host}/simple/torch-xla/" in shown, shown
+
+    class OtherHost(FakeIndex):  # a redirect to another host: no Authorization goes there
+        routes: dict = {}
+        requests: list = []
+        authorizations: list = []
+
+    with serving(OtherHost, "127.0.0.2") as port:
+        OtherHost.routes["/simple/torch-xla/"] = json_page([{"filename": WHEEL, "url": WHEEL}])
+        FakeIndex.routes["/simple/torch-xla/"] = (302, "text/plain", b"",
+                                                  {"Location": f"http://127.0.0.2:{port}/simple/torch-xla/"})
+        assert [file.filename for file in index.files("torch-xla")] == [WHEEL]
+    assert FakeIndex.authorizations == [basic, basic] and OtherHost.authorizations == [None]
+
+
+# --- reads that end: the deadlines (run.netread) against a real dribbling server ---------------------------------
+
+@pytest.fixture
+def dribbling() -> Iterator[RudeServer]:
+    """An index on 127.0.0.1 answering every request with a page, one byte every 0.3 s (each read alone is far
+    inside requests' 60 s read timeout: only an overall deadline ends the exchange)."""
+    page = json.dumps({"meta": {"api-version": "1.0"}, "files": []}).encode()
+    server = RudeServer(lambda exchange: exchange.dribble(answer(200, {"Content-Type": JSON_TYPE}, page), 0.3))
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("limits, needle", [({"request_seconds": 1.0}, "within 1 s (the overall deadline)"),
+                                            ({"command_seconds": 1.0}, "within 1 s (the deadline of all")],
+                         ids=["request", "command"])
+def test_an_index_dribbling_its_answer_is_cut_at_the_deadline(dribbling: RudeServer, limits: dict,
+                                                              needle: str) -> None:
+    index = Index(f"http://user:s3cret@{dribbling.host}/simple/", attempts=1, **limits)
+    started = time.monotonic()
+    with pytest.raises(Failure) as caught:
+        index.files("torch-xla")
+    assert time.monotonic() - started < 10
+    assert caught.value.rule == "index-slow" and needle in caught.value.message
+    assert dribbling.host in caught.value.message and "s3cret" not in caught.value.render()
+
+
+def test_no_exchange_starts_once_the_command_deadline_passed(dribbling: RudeServer) -> None:
+    index = Index(f"http://{dribbling.host}/simple/", command_seconds=5.0)
+    index._started = time.monotonic() - 6
+    with pytest.raises(Failure) as caught:
+        index.wheel_member(IndexFile(WHEEL, f"http://{dribbling.host}/files/{WHEEL}"), lambda name: True)
+    assert caught.value.rule == "index-slow" and dribbling.requests == []
+

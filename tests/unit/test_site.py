@@ -96,3 +96,26 @@ def test_a_bad_pull_mirror_override_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         load_site(None, ("pull_mirror=mirror.lan:5000/",))
     assert caught.value.rule == "site-pull-mirror"
+
+
+def test_credentials_in_a_source_url_are_in_no_fact_that_is_hashed_or_labelled() -> None:
+    """WheelSource.to_json goes into lock inputs and flavour ids (an image label): a hash of a weak password is
+    a password. Without credentials, the facts are exactly what they were (committed locks stay fresh)."""
+    plain = load_site(None, ("wheel_sources=[{name: corp, index_url: 'https://host/simple', "
+                             "extra_index_urls: ['https://host/extra'], find_links: ['https://host/links/']}]",))
+    secret = load_site(None, ("wheel_sources=[{name: corp, index_url: 'https://u:s3cret@host/simple', "
+                              "extra_index_urls: ['https://tok@host/extra'], "
+                              "find_links: ['https://u:p@host/links/']}]",))
+    facts = secret.wheel_sources[0].source.to_json()
+    assert "s3cret" not in repr(facts) and "tok@" not in repr(facts) and "u:p@" not in repr(facts)
+    assert facts == plain.wheel_sources[0].source.to_json()
+    assert plain.wheel_sources[0].source.to_json()["index_url"] == "https://host/simple"
+
+
+def test_plain_string_settings_take_hex_looking_text_as_written() -> None:
+    """Only YAML-valued settings refuse `0x3` (site-number); a registry or base image is text as written."""
+    assert parse_override("bases.3.11=0x3") == (("bases", "3.11"), "0x3")
+    assert parse_override("ca_bundle=0x3") == (("ca_bundle",), "0x3")
+    with pytest.raises(ConfigError) as caught:
+        parse_override("compression.level=0x3")
+    assert caught.value.rule == "site-number"

@@ -260,3 +260,32 @@ def test_generated_files_carry_the_mark(tmp_path: Path, name: str) -> None:
     else:
         path = tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / name
     assert sync._is_generated(path)
+
+
+@pytest.mark.parametrize("name", ["docker-bake.json", "Dockerfile"])
+def test_a_file_larger_than_render_check_reads_is_refused_not_written(tmp_path: Path, name: str) -> None:
+    """The limits agree: what `render` writes, `render --check` reads back (a 2.4 MB docker-bake.json of a
+    large matrix was written, then refused by its own check, issue 35)."""
+    from xla_images.errors import ConfigError
+
+    limit = sync.size_limit(Path(name))
+    for step in (sync.write_files, sync.drift):
+        with pytest.raises(ConfigError) as caught:
+            step(tmp_path, {Path(name): "x" * (limit + 1)})
+        assert caught.value.rule == "render-size" and str(caught.value.location) == name
+    assert not (tmp_path / name).exists()
+    largest = {Path(name): "x" * limit}
+    assert sync.write_files(tmp_path, largest) == [Path(name)]
+    assert sync.drift(tmp_path, largest) == []
+
+
+def test_the_bake_file_of_the_largest_matrix_validation_accepts_is_written_and_read() -> None:
+    """docker-bake.json grows with the matrix: its bound holds MAX_FLAVOURS flavours of today's size, twice."""
+    from xla_images.generate import cigen
+    from xla_images.model.matrix import MAX_FLAVOURS
+
+    plan = load_plan(ROOT / "tests" / "fixtures" / "matrix" / "matrix.yaml")
+    text = cigen.bake_files(plan)[cigen.BAKE_FILE]
+    per_flavour = len(text.encode()) / len(plan.flavours)
+    assert 2 * per_flavour * MAX_FLAVOURS < sync.size_limit(cigen.BAKE_FILE)
+    assert per_flavour * MAX_FLAVOURS > 1024 * 1024  # which the old bound, 1 MiB, could not

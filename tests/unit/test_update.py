@@ -3,6 +3,9 @@ wheel-python rule validation checks offline. The index itself: test_index.py (fa
 from __future__ import annotations
 
 import json
+import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,7 +181,8 @@ def test_the_cache_round_trips_and_bad_caches_name_the_rule(tmp_path: Path) -> N
     path = tmp_path / wheel_index.WHEELS_FILE
     path.write_text(cache.dumps())
     assert wheel_index.load(path).wheels == cache.wheels
-    for bad in ("{", '{"schema": 2}', '{"schema": 1, "index": "x", "wheels": {"torch": {"2.9.0": ["3.1x"]}}}'):
+    for bad in ("{", '{"schema": 2}', '{"schema": 1, "index": "x", "wheels": {"torch": {"2.9.0": ["3.1x"]}}}',
+                "[" * 200_000 + "]" * 200_000):
         path.write_text(bad)
         with pytest.raises(ConfigError) as caught:
             wheel_index.load(path)
@@ -242,12 +246,13 @@ class MemoryIndex:
 
     url = wheel_index.PUBLIC_INDEX
 
-    def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str]) -> None:
+    def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str], yanked: frozenset[str] = frozenset(),
+                 marker: str = 'extra == "tpu"') -> None:
         from xla_images.run.index import IndexFile
 
-        self.names, self.libtpu = names, libtpu
-        self.pages = {project: [IndexFile(name, f"https://files.example/{name}") for name in found]
-                      for project, found in names.items()}
+        self.names, self.libtpu, self.marker = names, libtpu, marker
+        self.pages = {project: [IndexFile(name, f"https://files.example/{name}", yanked=name in yanked)
+                                for name in found] for project, found in names.items()}
 
     def files(self, project: str) -> list:
         return self.pages[project]
@@ -256,7 +261,7 @@ class MemoryIndex:
         version = file.filename.split("-")[1]
         if wanted("torch_xla-x.dist-info/METADATA"):
             return (f"Metadata-Version: 2.1\nName: torch_xla\nVersion: {version}\n"
-                    f'Requires-Dist: libtpu=={self.libtpu[version]}; extra == "tpu"\n')
+                    f'Requires-Dist: libtpu=={self.libtpu[version]}; {self.marker}\n')
         return "__xla_gitrev__ = '0123456789abc'\n" if wanted("torch_xla/version.py") else None
 
 
@@ -265,16 +270,18 @@ def wheels(project: str, version: str, pythons: tuple[str, ...]) -> list[str]:
     return [f"{project}-{version}-cp{p.replace('.', '')}-cp{p.replace('.', '')}-{tag}.whl" for p in pythons]
 
 
-def memory_index() -> MemoryIndex:
+def memory_index(extra: tuple[str, ...] = (), **options) -> MemoryIndex:
+    """The index of 2.7.0, 2.9.0, 2.10.1 (and 2.11.0rc1); `extra` torch_xla releases too, each with its torch."""
     four = ("3.10", "3.11", "3.12", "3.13")
     return MemoryIndex({
         "torch-xla": wheels("torch_xla", "2.7.0", four) + wheels("torch_xla", "2.9.0", four)
-        + wheels("torch_xla", "2.10.1", four) + wheels("torch_xla", "2.11.0rc1", four),
+        + wheels("torch_xla", "2.10.1", four) + wheels("torch_xla", "2.11.0rc1", four)
+        + [name for version in extra for name in wheels("torch_xla", version, four)],
         "torch": wheels("torch", "2.7.0", four) + wheels("torch", "2.9.0", four) + wheels("torch", "2.10.0", four)
-        + wheels("torch", "2.10.2", four),
+        + wheels("torch", "2.10.2", four) + [name for version in extra for name in wheels("torch", version, four)],
         "libtpu": ["libtpu-0.0.11.1-py3-none-manylinux_2_31_x86_64.whl"] + wheels("libtpu", "0.0.21", four[:3])
         + wheels("libtpu", "0.0.30", four[:3]),
-    }, {"2.9.0": "0.0.21", "2.10.1": "0.0.30"})
+    }, {"2.9.0": "0.0.21", "2.10.1": "0.0.30", **{version: "0.0.30" for version in extra}}, **options)
 
 
 def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> None:
@@ -305,3 +312,139 @@ def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as caught:
         plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.8.0",), index=memory_index())
     assert caught.value.rule == "update-release" and "2.10.1" in caught.value.hint
+
+
+# --- silent accepts made errors or warnings (issue 35) --------------------------------------------------------
+
+def test_a_release_that_skips_minor_releases_is_left_out_unless_allowed(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    index = memory_index(("9999.0.0", "2.12.0"))
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    assert result.added == ("2.10.1",)  # 2.12.0 skips 2.11 after 2.10.1; 9999.0.0 skips thousands
+    assert [line.split(" skips")[0] for line in result.warnings] == ["torch_xla 2.12.0", "torch_xla 9999.0.0"]
+    assert all("--allow" in line for line in result.warnings)
+    allowed = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index, allow=("2.12.0",))
+    assert allowed.added == ("2.10.1", "2.12.0") and len(allowed.warnings) == 1
+    with pytest.raises(ConfigError) as caught:  # named: refused, not skipped
+        plan_update(tmp_path / "matrix.yaml", load_site(None), ("9999.0.0",), index=index)
+    assert caught.value.rule == "update-jump" and "--allow 9999.0.0" in caught.value.hint
+    named = plan_update(tmp_path / "matrix.yaml", load_site(None), ("9999.0.0",), index=index, allow=("9999.0.0",))
+    assert named.added == ("9999.0.0",)
+
+
+def test_a_yanked_release_is_not_proposed(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    yanked = frozenset(wheels("torch_xla", "2.10.1", ("3.10", "3.11", "3.12", "3.13")))
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index(yanked=yanked))
+    assert result.added == () and result.after == result.before
+    assert result.warnings == ("torch_xla 2.10.1 is yanked on the index (PEP 592): not proposed",)
+    with pytest.raises(ConfigError) as caught:
+        plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.10.1",), index=memory_index(yanked=yanked))
+    assert caught.value.rule == "update-release" and "yanked" in caught.value.message
+
+
+def test_a_yanked_file_does_not_count_as_a_wheel(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    yanked = frozenset(wheels("libtpu", "0.0.30", ("3.12",)))
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index(yanked=yanked))
+    cache = json.loads(result.cache_after)
+    assert cache["wheels"]["libtpu"]["0.0.30"] == ["3.10", "3.11"]
+
+
+def test_markers_are_evaluated_for_the_matrix_pythons_not_the_host(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    host = f"{sys.version_info.major}.{sys.version_info.minor}"
+    marker = f'extra == "tpu" and python_version != "{host}"'
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index(marker=marker))
+    assert result.facts[0].libtpu == "0.0.30"
+    assert yamlsrc.loads(result.after, "m.yaml").data["releases"]["2.10.1"]["libtpu"] == "0.0.30"
+    # A marker no image python meets pins nothing, whatever python runs update.
+    text = ('Name: torch_xla\nVersion: 2.9.0\n'
+            f'Requires-Dist: libtpu==0.0.21; extra == "tpu" and python_version == "{host}"\n')
+    others = tuple(python for python in PYTHONS if python != host)
+    assert metadata_pins(text, "u", "2.9.0", others) == {}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("Name: torch\nVersion: 2.9.0\n", "not torch_xla"),
+    ("Name: torch-xla\nVersion: 2.8.0\n", "not torch_xla 2.9.0"),
+    ("Name: torch_xla\nVersion: not a version\n", "not torch_xla 2.9.0"),
+    ("Name: torch_xla\nVersion: 2.9.0\nRequires-Dist: libtpu==1; " + "(" * 3000 + 'extra == "tpu"' + ")" * 3000
+     + "\n", "Requires-Dist"),
+], ids=["other-project", "other-version", "bad-version", "deep-marker"])
+def test_metadata_of_another_wheel_or_too_deep_is_refused(text: str, needle: str) -> None:
+    with pytest.raises(Failure) as caught:
+        metadata_pins(text, "u", "2.9.0")
+    assert caught.value.rule == "wheel-metadata" and needle in caught.value.message
+    assert metadata_pins("Name: Torch_XLA\nVersion: 2.9\n", "u", "2.9.0") == {}  # names and versions normalised
+
+
+def test_write_keeps_a_symlinked_matrix_and_the_modes(tmp_path: Path) -> None:
+    from xla_images.run.upstream import plan_update, write_update
+
+    shared, repo = tmp_path / "shared", tmp_path / "repo"
+    shared.mkdir()
+    repo.mkdir()
+    (shared / "matrix.yaml").write_text(MATRIX)
+    (shared / "matrix.yaml").chmod(0o664)
+    (repo / "matrix.yaml").symlink_to("../shared/matrix.yaml")
+    result = plan_update(repo / "matrix.yaml", load_site(None), index=memory_index())
+    write_update(result)
+    assert (repo / "matrix.yaml").is_symlink() and os.readlink(repo / "matrix.yaml") == "../shared/matrix.yaml"
+    assert '"2.10.1":' in (shared / "matrix.yaml").read_text()
+    assert stat.S_IMODE((shared / "matrix.yaml").stat().st_mode) == 0o664
+    umask = os.umask(0o022)
+    os.umask(umask)
+    # Beside the matrix file itself, where validation reads it; new: a checkout file's mode, not 0600.
+    cache = shared / wheel_index.WHEELS_FILE
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask
+    cache.chmod(0o640)
+    (shared / "matrix.yaml").write_text(MATRIX)
+    write_update(plan_update(repo / "matrix.yaml", load_site(None), index=memory_index(("2.11.0",))))
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o640 and '"2.11.0"' in cache.read_text()
+    assert sorted(path.name for path in shared.iterdir()) == ["matrix.wheels.json", "matrix.yaml"]  # no temp file
+    assert wheel_index.load(load_plan(repo / "matrix.yaml").root / wheel_index.WHEELS_FILE) is not None
+
+
+def test_credentials_in_the_index_url_are_never_printed_or_written(index_server: str, tmp_path: Path) -> None:
+    from fake_index import FakeIndex, json_page, wheel
+    from hostile_inputs import run_cli
+
+    four = ("3.10", "3.11", "3.12", "3.13")
+    pages = {project: [name for version in versions for name in wheels(project.replace("-", "_"), version, four)]
+             for project, versions in (("torch-xla", ("2.7.0", "2.9.0", "2.10.0", "9999.0.0")),
+                                       ("torch", ("2.7.0", "2.9.0", "2.10.0")), ("libtpu", ("0.0.11.1", "0.0.21")))}
+    pages["libtpu"] += wheels("libtpu", "0.0.30", four[:3])
+    metadata = 'Name: torch_xla\nVersion: 2.10.0\nRequires-Dist: libtpu==0.0.30; extra == "tpu"\n'
+    for project, names in pages.items():
+        FakeIndex.routes[f"/simple/{project}/"] = json_page([{"filename": name, "url": f"../../files/{name}"}
+                                                             for name in names])
+        for name in names:
+            FakeIndex.routes[f"/files/{name}"] = (200, "application/octet-stream",
+                                                  wheel({"torch_xla-2.10.0.dist-info/METADATA": metadata}))
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    host = index_server.removeprefix("http://")
+    source = f'wheel_sources=[{{name: corp, index_url: "http://user:s3cret@{host}/simple"}}]'
+    outcome = run_cli("update", "--write", "--matrix", str(tmp_path / "matrix.yaml"), "--set", source)
+    assert outcome.code == 0, outcome.err
+    assert "s3cret" not in outcome.out + outcome.err and f"http://***@{host}/simple/" in outcome.err
+    assert "warning: torch_xla 9999.0.0 skips more than a minor release after 2.10.0: not proposed (--allow " \
+           "9999.0.0 takes it)" in outcome.err
+    assert all(authorization == "Basic dXNlcjpzM2NyZXQ=" for authorization in FakeIndex.authorizations)
+    written = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert not [path for path in written if b"s3cret" in path.read_bytes()]
+    cache = wheel_index.load(tmp_path / wheel_index.WHEELS_FILE)
+    assert cache.index == f"http://{host}/simple/" and cache.pythons("libtpu", "0.0.30") == four[:3]
+    # The cache still describes the source's index: validation checks it (wheel-python) as before.
+    plan = load_plan(tmp_path / "matrix.yaml", overrides=(source,))
+    assert "r2.10.0_3.13_tpuvm" not in {flavour.tag for flavour in plan.flavours}
+    checked = run_cli("update", "--check", "--matrix", str(tmp_path / "matrix.yaml"), "--set", source)
+    assert checked.code == 0 and "s3cret" not in checked.out + checked.err, checked.err

@@ -13,11 +13,14 @@ from .common import plan_options
 @click.command("update")
 @click.option("--release", "releases", multiple=True, metavar="X.Y.Z",
               help="Add this torch_xla release (repeatable). Default: every release newer than the matrix's newest.")
+@click.option("--allow", "allow", multiple=True, metavar="X.Y.Z",
+              help="Take this release although it skips more than a minor release after the matrix's newest "
+                   "(2.9.0 -> 2.11.0); without it such a release is left out with a warning (repeatable).")
 @click.option("--write", is_flag=True, help="Apply the change to matrix.yaml and matrix.wheels.json, then render.")
 @click.option("--check", "check_only", is_flag=True,
               help="Write nothing; exit 1 when the index has a release the matrix lacks (for a scheduled job).")
 @plan_options
-def update(plan: Plan, releases: tuple[str, ...], write: bool, check_only: bool) -> None:
+def update(plan: Plan, releases: tuple[str, ...], allow: tuple[str, ...], write: bool, check_only: bool) -> None:
     """Read new torch_xla releases from the package index and add them to matrix.yaml; print the diff.
 
     \b
@@ -26,6 +29,8 @@ def update(plan: Plan, releases: tuple[str, ...], write: bool, check_only: bool)
     both have wheels for (python_support), the git tags, and an exclude for each python its libtpu has no
     wheel for. Comments and order of matrix.yaml are kept; nothing is written unless the result validates.
     The wheel facts of every pin go to matrix.wheels.json, which `validate` checks offline (rule wheel-python).
+    Yanked files (PEP 592) are skipped; a release that skips more than a minor release is left out with a
+    warning unless --allow names it.
 
     \b
     Examples:
@@ -37,8 +42,10 @@ def update(plan: Plan, releases: tuple[str, ...], write: bool, check_only: bool)
     if write and check_only:
         raise ConfigError("--write and --check exclude each other", rule="update-options",
                           hint="--check for a scheduled job, --write to apply")
-    result = upstream.plan_update(plan.matrix_path, plan.site, releases, progress=lambda line: click.echo(line,
-                                                                                                         err=True))
+    result = upstream.plan_update(plan.matrix_path, plan.site, releases, allow=allow,
+                                  progress=lambda line: click.echo(line, err=True))
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for facts in result.facts:
         commits = ", ".join(f"{name} {commit[:12]}" for name, commit in (("torch_xla", facts.xla_commit),
                                                                          ("torch", facts.torch_commit)) if commit)

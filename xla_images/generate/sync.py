@@ -35,6 +35,10 @@ from . import cigen, lock_policy, render
 from .plan import Plan
 from .render import RENDER_COMMAND
 
+# docker-bake.json grows with the matrix (~1.2 KiB per flavour): read and written up to a bound that holds the
+# largest matrix validation accepts (model.matrix.MAX_FLAVOURS) at 4 KiB a flavour. Every other generated file is
+# one flavour's or a fixed workflow's, within userfiles.GENERATED_LIMIT.
+BAKE_LIMIT = 8 * 1024 * 1024
 # Committed once, not rendered: the wheel-build script and its builder image. `lint` checks them too.
 WHEEL_BUILD_STATIC = (WHEEL_BUILD_SCRIPT, f"{WHEEL_BUILDS_DIR}/Dockerfile")
 
@@ -107,8 +111,30 @@ def write_if_changed(path: Path, text: str, root: Path | None = None) -> bool:
 
 
 def write_files(root: Path, files: dict[Path, str]) -> list[Path]:
-    """Write the files (relative to `root`) that differ from the disk; return those written."""
+    """Write the files (relative to `root`) that differ from the disk; return those written.
+
+    None is written when one is larger than `render --check` reads (check_sizes).
+    """
+    check_sizes(files)
     return [relative for relative, text in files.items() if write_if_changed(root / relative, text, root)]
+
+
+def size_limit(path: Path) -> int:
+    """The most bytes a generated file at `path` may hold: what `render` writes and `render --check` reads."""
+    return BAKE_LIMIT if path.name == cigen.BAKE_FILE.name else userfiles.GENERATED_LIMIT
+
+
+def check_sizes(files: dict[Path, str]) -> None:
+    """Refuse (rule `render-size`) a generated file larger than its size_limit, before anything is written:
+    `render --check` reads at most that, so a larger one would be written once and then refused by its own
+    check. One limit, here and there."""
+    for relative, text in files.items():
+        size, limit = len(text.encode("utf-8")), size_limit(Path(relative))
+        if size > limit:
+            raise ConfigError(f"would be {size / 1024 / 1024:.1f} MiB, more than the {limit / 1024 / 1024:g} MiB "
+                              "a generated file may be (what `render --check` reads)", location=str(relative),
+                              rule="render-size", hint="the matrix declares more flavours than one generated file "
+                                                       "holds: exclude some, or keep several matrices")
 
 
 def write(plan: Plan) -> WriteResult:
@@ -140,11 +166,12 @@ def write(plan: Plan) -> WriteResult:
 
 def drift(root: Path, files: dict[Path, str]) -> list[Finding]:
     """`files` (relative to `root`) that are missing on disk or differ from what is there."""
+    check_sizes(files)  # what `render` would refuse to write is an error here too, not "stale" forever
     findings = []
     for relative, text in files.items():
         diskio.inside(root, relative)  # a symlinked or misshapen folder on the way is an error naming it
         try:
-            on_disk = userfiles.read_optional(root / relative)
+            on_disk = userfiles.read_optional(root / relative, limit=size_limit(Path(relative)))
         except ConfigError as error:
             findings.append(Finding("stale", str(relative), f"{error.message}; run `{RENDER_COMMAND}`"))
             continue
@@ -243,7 +270,7 @@ def _is_generated(path: Path) -> bool:
 def _read(path: Path) -> str | None:
     """The text at `path`, or None when it is absent or not a bounded UTF-8 regular file (render replaces it)."""
     try:
-        return userfiles.read_optional(path)
+        return userfiles.read_optional(path, limit=size_limit(path))
     except ConfigError:
         return None
 

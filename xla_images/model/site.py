@@ -9,12 +9,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from .. import resources, yamlsrc
-from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value
+from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value, without_credentials
 from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
 from .registry import EXAMPLE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
@@ -35,6 +35,7 @@ SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
 BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
 URL = re.compile(r"(https?|file)://\S+", re.ASCII)
+DECIMAL = re.compile(r"[-+]?[0-9]+", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,13 @@ class WheelSource:
         return self.index_url is None and self.wheelhouse is None
 
     def to_json(self) -> dict[str, Any]:
+        """The source's facts, hashed into lock inputs and flavour ids (image labels): URLs without the credentials
+        they may carry, which say nothing about the wheels and must not end up, even hashed, in a label."""
         return {
             "name": self.name,
-            "index_url": self.index_url,
-            "extra_index_urls": list(self.extra_index_urls),
-            "find_links": list(self.find_links),
+            "index_url": without_credentials(self.index_url) if self.index_url else self.index_url,
+            "extra_index_urls": [without_credentials(url) for url in self.extra_index_urls],
+            "find_links": [without_credentials(link) for link in self.find_links],
             "wheelhouse": self.wheelhouse,
             "torch_local": self.torch_local,
             "torch_xla_local": self.torch_xla_local,
@@ -150,6 +153,7 @@ def load_site(site_path: Path | None, overrides: tuple[str, ...] = (), root: Pat
     if site_path is not None:
         doc = yamlsrc.load(site_path, required=True)
         _check_top(doc)
+        _check_integers(doc)
         merged = _merge(merged, doc.data)
         origin.update({key: doc for key in doc.data})
         site_root = site_path.resolve().parent
@@ -173,17 +177,43 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
         raise ConfigError(f"unknown site setting {shown_value(head)}", location=where, rule="site-unknown-key",
                           hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
     value: Any = ""
-    if raw_value.strip():
+    if head in ("registry", "ca_bundle", "cosign_public_key", "pull_mirror") or (head == "bases" and rest):
+        value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
+    elif raw_value.strip():
         try:  # bounded like a file: an alias bomb in --set is refused, not built
-            value = yamlsrc.loads(raw_value, str(where)).data
+            parsed = yamlsrc.loads(raw_value, str(where))
+            _check_integers(parsed, where)
+            value = parsed.data
         except ConfigError as error:
             if error.rule != "yaml-syntax":
                 raise
             value = raw_value  # not YAML: the text itself (validated as a setting below)
-    if head in ("registry", "ca_bundle", "cosign_public_key", "pull_mirror") or (head == "bases" and rest):
-        value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     # Only `bases` is keyed by python version, and those keys contain dots: split once.
     return ((head, rest) if rest else (head,)), value
+
+
+def _check_integers(doc: yamlsrc.YamlDoc, where: Location | None = None) -> None:
+    """Refuse an integer not written in decimal: YAML 1.1 reads `0x3`, `0b11`, `1_0` and `3:00` (base 60) as
+    numbers, which nobody means in a setting, and a hex one of 4000 digits is an int Python cannot print."""
+    for keys, value in _integers(doc.data, ()):
+        written = doc.text(keys)
+        if written is not None and not DECIMAL.fullmatch(written):
+            setting = ".".join(str(key) for key in keys) or "the value"
+            raise ConfigError(f"{setting} is {shorten(written, 40)!r}, a YAML 1.1 integer not written in decimal",
+                              rule="site-number",
+                              location=where or doc.loc(keys),
+                              hint="write the number in decimal digits (3, not 0x3), or quote it if it is text")
+
+
+def _integers(data: Any, keys: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], int]]:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _integers(value, keys + (key,))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _integers(value, keys + (index,))
+    elif isinstance(data, int) and not isinstance(data, bool):
+        yield keys, data
 
 
 def _nest(key_path: tuple[str, ...], value: Any) -> dict[str, Any]:

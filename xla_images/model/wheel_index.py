@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .. import userfiles
-from ..errors import ConfigError, Location, XlaImagesError, shown_value
+from ..errors import ConfigError, Location, XlaImagesError, shown_value, without_credentials
 from .flavour import Accelerator, Flavour
 
 WHEELS_FILE = "matrix.wheels.json"
@@ -118,7 +118,8 @@ class WheelIndex:
                                                                                key=lambda item: Version(item[0]))}
                   for name, versions in sorted(self.wheels.items())}
         # One line per version: the file is reviewed in pull requests.
-        lines = [f'{{"schema": {SCHEMA}, "index": {json.dumps(self.index)}, "wheels": {{']
+        # The file is committed: an index URL's credentials never go into it.
+        lines = [f'{{"schema": {SCHEMA}, "index": {json.dumps(without_credentials(self.index))}, "wheels": {{']
         for number, (name, versions) in enumerate(wheels.items()):
             lines.append(f" {json.dumps(name)}: {{")
             lines += [f"  {json.dumps(version)}: {json.dumps(entries)}" + ("," if index < len(versions) - 1 else "")
@@ -142,6 +143,8 @@ def load(path: Path) -> WheelIndex | None:
         data = json.loads(text)
     except ValueError as error:
         raise bad(f"not JSON: {error}") from None
+    except RecursionError:  # `[[[[...` deeper than the parser recurses
+        raise bad("JSON nested too deep to be the wheel cache") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("index"), str) \
             or not isinstance(data.get("wheels"), dict):
         raise bad(f"expected {{schema: {SCHEMA}, index: URL, wheels: {{project: {{version: [python...]}}}}}}")
@@ -166,10 +169,16 @@ def pins(flavour: Flavour) -> list[tuple[str, str]]:
     return found
 
 
-def index_of(index_url: str | None) -> str:
-    """The index a wheel source without a wheelhouse reads, as the cache names it."""
+def source_url(index_url: str | None) -> str:
+    """The index a wheel source without a wheelhouse reads, credentials and all (what requests are sent to)."""
     url = index_url or PUBLIC_INDEX
     return url if url.endswith("/") else url + "/"
+
+
+def index_of(index_url: str | None) -> str:
+    """The index a wheel source without a wheelhouse reads, as the cache names it: without the credentials a
+    URL may carry (`https://user:secret@host/simple/`), since WHEELS_FILE is committed."""
+    return without_credentials(source_url(index_url))
 
 
 def check(flavours: Iterable[Flavour], cache: WheelIndex | None) -> list[XlaImagesError]:

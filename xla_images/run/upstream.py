@@ -16,16 +16,18 @@ validation checks them offline.
 """
 from __future__ import annotations
 
+import email.message
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .. import diskio, userfiles, yamlsrc
-from ..errors import ConfigError, Failure, Location, shown_value
+from ..errors import ConfigError, Failure, Location, redacted, shown_value, without_credentials
 from ..generate import update as decide_update
 from ..generate.update import ReleaseFacts
 from ..model import matrix, wheel_index
@@ -33,6 +35,10 @@ from ..model.flavour import Channel
 from ..model.site import Site
 from .index import Index, IndexFile, parse_metadata
 
+# The pythons a METADATA's markers are evaluated for when the caller names none (the matrix's usual ones).
+DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# A Requires-Dist line: real ones are under 200 characters.
+MAX_REQUIREMENT = 4096
 _COMMIT = re.compile(r"""__(xla|torch)_gitrev__\s*=\s*['"]([0-9a-f]{7,64})['"]""")
 # The python a wheel is read for when several exist: any x86_64 Linux one carries the same METADATA.
 _WHEEL_PLATFORM = re.compile(r"(many)?linux[_0-9a-z]*_x86_64")
@@ -48,7 +54,9 @@ class UpdateResult:
     facts: tuple[ReleaseFacts, ...]
     cache_before: str
     cache_after: str
-    index_url: str
+    index_url: str  # as printed: credentials redacted
+    # One line each: what the index has that update did not take (a yanked release, one that skips releases).
+    warnings: tuple[str, ...] = ()
 
     @property
     def missing(self) -> bool:
@@ -57,56 +65,72 @@ class UpdateResult:
 
     @property
     def cache_path(self) -> Path:
-        return self.matrix_path.parent / wheel_index.WHEELS_FILE
+        """Beside the matrix file itself (a symlinked matrix's target), where validation reads it (plan)."""
+        return userfiles.resolve_path(self.matrix_path).parent / wheel_index.WHEELS_FILE
 
 
 def plan_update(matrix_path: Path, site: Site, releases: tuple[str, ...] = (), index: Index | None = None,
-                progress: Callable[[str], None] = lambda line: None) -> UpdateResult:
-    """Read the index and work out the edit; writes nothing."""
+                progress: Callable[[str], None] = lambda line: None, allow: tuple[str, ...] = ()) -> UpdateResult:
+    """Read the index and work out the edit; writes nothing. `allow`: releases taken although they skip more
+    than a minor release (`--allow`)."""
     shown = str(matrix_path)
-    for release in releases:
-        if not matrix.RELEASE_VERSION.fullmatch(release):
-            raise ConfigError(f"--release {shown_value(release)} is not a torch_xla version like 2.9.0",
-                              location=Location("--release"), rule="update-release",
-                              hint="name a release as the index lists it: X.Y.Z")
+    for option, values in (("--release", releases), ("--allow", allow)):
+        for release in values:
+            if not matrix.RELEASE_VERSION.fullmatch(release):
+                raise ConfigError(f"{option} {shown_value(release)} is not a torch_xla version like 2.9.0",
+                                  location=Location(option), rule="update-release",
+                                  hint="name a release as the index lists it: X.Y.Z")
     before = userfiles.read_text(matrix_path, limit=userfiles.YAML_LIMIT)
     doc = yamlsrc.loads(before, shown)
     flavours = matrix.expand(doc)
     defaults = matrix.matrix_defaults(doc)
     index = index or Index(_index_url(site, doc, defaults), _ca(site))
-    progress(f"reading {index.url}")
-    files = {project: index.files(project) for project in wheel_index.PACKAGES}
+    progress(f"reading {redacted(index.url)}")
+    listed = {project: index.files(project) for project in wheel_index.PACKAGES}
+    # PEP 592: a yanked file is withdrawn; nothing update proposes or records comes from one.
+    files = {project: [file for file in found if not file.yanked] for project, found in listed.items()}
     known = {flavour.torch_xla for flavour in flavours if flavour.channel is Channel.RELEASE}
-    wanted = _wanted(files["torch-xla"], known, releases, index.url)
+    yanked = _release_versions([file.filename for file in listed["torch-xla"]]) \
+        - _release_versions([file.filename for file in files["torch-xla"]])
+    warnings = [f"torch_xla {version} is yanked on the index (PEP 592): not proposed"
+                for version in sorted(yanked, key=Version) if _newer_than(version, known) and not releases]
+    wanted = _wanted(files["torch-xla"], known, releases, index.url, yanked)
+    wanted = _without_jumps(wanted, known, bool(releases), allow, warnings)
     facts = []
     for version in wanted:
         progress(f"torch_xla {version}: reading its wheel's METADATA")
-        facts.append(release_facts(index, version, files))
+        facts.append(release_facts(index, version, files, defaults["pythons"]))
     decisions = [decide_update.decide(item, defaults["pythons"], defaults["accelerators"]) for item in facts]
     edit = decide_update.edit_matrix(before, shown, decisions)
-    cache = _cache(index.url, edit.text, shown, files)
+    cache = _cache(without_credentials(index.url), edit.text, shown, files)
     decide_update.validate(edit.text, shown, site, cache)
-    cache_path = matrix_path.parent / wheel_index.WHEELS_FILE
-    cache_before = cache_path.read_text(encoding="utf-8") if cache_path.is_file() else ""
+    cache_path = userfiles.resolve_path(matrix_path).parent / wheel_index.WHEELS_FILE
+    cache_before = userfiles.read_optional(cache_path, limit=userfiles.JSON_LIMIT, follow_symlinks=True) or ""
     return UpdateResult(matrix_path, before, edit.text, decide_update.diff(before, edit.text, shown), edit.added,
                         tuple(item for item in facts if item.torch_xla in edit.added), cache_before, cache.dumps(),
-                        index.url)
+                        redacted(index.url), tuple(warnings))
 
 
 def write_update(result: UpdateResult) -> list[Path]:
-    """Write the edited matrix and the wheel cache (atomically), only where they changed."""
+    """Write the edited matrix and the wheel cache (atomically), only where they changed.
+
+    Both are the user's committed files: each keeps its mode, and a symlinked one stays a link whose target is
+    rewritten (diskio.replace_in_place). Returns the paths as the user named them.
+    """
     written = []
     if result.after != result.before:
-        diskio.write_text_atomic(result.matrix_path, result.after, "the matrix")
+        diskio.replace_in_place(result.matrix_path, result.after, "the matrix")
         written.append(result.matrix_path)
     if result.cache_after != result.cache_before:
-        diskio.write_text_atomic(result.cache_path, result.cache_after, "the wheel cache")
+        diskio.replace_in_place(result.cache_path, result.cache_after, "the wheel cache")
         written.append(result.cache_path)
     return written
 
 
-def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]]) -> ReleaseFacts:
-    """The facts of torch_xla `version` from the index's files and one of its wheels."""
+def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
+                  pythons: tuple[str, ...] = DEFAULT_PYTHONS) -> ReleaseFacts:
+    """The facts of torch_xla `version` from the index's files and one of its wheels. `pythons`: those the
+    matrix builds; the wheel's markers are evaluated for the ones torch_xla has wheels for (not this host's)."""
     names = {project: [file.filename for file in found] for project, found in files.items()}
     xla_wheels = wheel_index.wheel_pythons(names["torch-xla"], "torch-xla", version)
     wheel = _a_wheel(files["torch-xla"], version)
@@ -114,7 +138,8 @@ def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]])
     if metadata_text is None:
         raise Failure(f"{wheel.url} has no .dist-info/METADATA", location=wheel.url, rule="wheel-metadata",
                       hint="the index serves a damaged wheel; pin another release with --release")
-    pins = metadata_pins(metadata_text, wheel.url)
+    served = tuple(python for python in pythons if wheel_index.serves(xla_wheels, python)) or pythons
+    pins = metadata_pins(metadata_text, wheel.url, version, served)
     version_py = index.wheel_member(wheel, lambda name: name == "torch_xla/version.py") or ""
     commits = dict(match.groups() for match in _COMMIT.finditer(version_py))
     torch = pins.get("torch") or _paired_torch(names["torch"], version, index.url)
@@ -129,26 +154,84 @@ def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]])
                         tuple(notes))
 
 
-def metadata_pins(text: str, url: str) -> dict[str, str]:
-    """`torch` and (from the `tpu` extra) `libtpu` exact pins in a METADATA text."""
+def metadata_pins(text: str, url: str, version: str | None = None,
+                  pythons: tuple[str, ...] = DEFAULT_PYTHONS) -> dict[str, str]:
+    """`torch` and (from the `tpu` extra) `libtpu` exact pins in a METADATA text.
+
+    The METADATA must be torch_xla's, of `version` when given: an index that serves another project's wheel
+    under torch_xla's name would otherwise give its pins. A requirement's markers are evaluated for each of
+    `pythons` on x86_64 Linux (what images run), never for the host running update: it counts when it applies
+    to one of them.
+    """
     message = parse_metadata(text)
-    if not message.get("Name") or not message.get("Version"):
-        raise Failure(f"the METADATA of {url} has no Name or Version", location=url, rule="wheel-metadata")
-    pins: dict[str, str] = {}
+    _check_identity(message, url, version)
+    found: dict[str, set[str]] = {}
     for line in message.get_all("Requires-Dist") or []:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            raise Failure(f"the METADATA of {url} has an invalid Requires-Dist {shown_value(line)}", location=url,
-                          rule="wheel-metadata") from None
-        name = requirement.name.lower().replace("_", "-")
+        requirement = _requirement(line, url)
+        name = canonicalize_name(requirement.name)
         exact = [spec.version for spec in requirement.specifier if spec.operator in ("==", "===")]
-        if name == "torch" and exact:
-            pins["torch"] = _plain_version(exact[0], url, "torch")
         # The tpu extra: libtpu is pinned exactly (2.6's extra also wants a GCS-only libtpu-nightly: ignored).
-        if name == "libtpu" and exact and requirement.marker and requirement.marker.evaluate({"extra": "tpu"}):
-            pins["libtpu"] = _plain_version(exact[0], url, "libtpu")
+        extra = {"torch": "", "libtpu": "tpu"}.get(name)
+        if extra is None or not exact or not _applies(requirement, extra, pythons, url):
+            continue
+        found.setdefault(name, set()).add(_plain_version(exact[0], url, name))
+    pins = {}
+    for name, versions in found.items():
+        if len(versions) > 1:
+            raise Failure(f"the METADATA of {url} pins {name} {' and '.join(sorted(versions))} for different "
+                          "pythons; the matrix holds one pin per release", location=url, rule="update-facts",
+                          hint="add this release by hand")
+        pins[name] = versions.pop()
     return pins
+
+
+def _check_identity(message: email.message.Message, url: str, version: str | None) -> None:
+    name, written = message.get("Name"), message.get("Version")
+    if not name or not written:
+        raise Failure(f"the METADATA of {url} has no Name or Version", location=url, rule="wheel-metadata")
+    try:
+        same_version = version is None or Version(str(written)) == Version(version)
+    except InvalidVersion:
+        same_version = False
+    if canonicalize_name(str(name)) != "torch-xla" or not same_version:
+        raise Failure(f"the METADATA of {url} is {shown_value(str(name), 40)} {shown_value(str(written), 40)}, not "
+                      f"torch_xla {version or ''}".rstrip(), location=url, rule="wheel-metadata",
+                      hint="the index serves another project's wheel under torch_xla's name; report it to the "
+                           "index's owner, or pin another release with --release")
+
+
+def _requirement(line: str, url: str) -> Requirement:
+    if len(line) > MAX_REQUIREMENT:
+        raise Failure(f"the METADATA of {url} has a Requires-Dist of {len(line)} characters", location=url,
+                      rule="wheel-metadata")
+    try:
+        return Requirement(line)
+    except InvalidRequirement:
+        raise Failure(f"the METADATA of {url} has an invalid Requires-Dist {shown_value(line)}", location=url,
+                      rule="wheel-metadata") from None
+    except RecursionError:  # markers nested deeper than the parser recurses
+        raise Failure(f"the METADATA of {url} has a Requires-Dist nested too deep: {shown_value(line)}",
+                      location=url, rule="wheel-metadata") from None
+
+
+def _applies(requirement: Requirement, extra: str, pythons: tuple[str, ...], url: str) -> bool:
+    """Whether the requirement's marker holds, with `extra`, for one of `pythons` on x86_64 Linux."""
+    if requirement.marker is None:
+        return True
+    try:
+        return any(requirement.marker.evaluate(_environment(python, extra)) for python in pythons)
+    except (RecursionError, ValueError, TypeError) as error:  # packaging's marker errors are ValueErrors
+        raise Failure(f"the METADATA of {url} has a marker that cannot be evaluated: "
+                      f"{shown_value(str(requirement.marker))} ({type(error).__name__})", location=url,
+                      rule="wheel-metadata") from None
+
+
+def _environment(python: str, extra: str) -> dict[str, str]:
+    """PEP 508 marker variables of a CPython `python` on x86_64 Linux (an image), with `extra`."""
+    return {"python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
+            "implementation_version": f"{python}.0", "platform_python_implementation": "CPython",
+            "os_name": "posix", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "extra": extra}
 
 
 def _plain_version(text: str, url: str, what: str) -> str:
@@ -160,7 +243,7 @@ def _plain_version(text: str, url: str, what: str) -> str:
 
 def _paired_torch(torch_files: list[str], version: str, url: str) -> str:
     minor = Version(version).release[:2]
-    candidates = sorted({Version(found) for found in _release_versions(torch_files, "torch")
+    candidates = sorted({Version(found) for found in _release_versions(torch_files)
                          if Version(found).release[:2] == minor and Version(found) <= Version(version)})
     if not candidates:
         raise Failure(f"no torch {minor[0]}.{minor[1]}.x release on {url} to pair torch_xla {version} with",
@@ -168,7 +251,7 @@ def _paired_torch(torch_files: list[str], version: str, url: str) -> str:
     return str(candidates[-1])
 
 
-def _release_versions(filenames: list[str], project: str) -> set[str]:
+def _release_versions(filenames: list[str]) -> set[str]:
     """Versions with an x86_64 Linux wheel that are plain releases (no pre-release, dev or local label)."""
     found = set()
     for filename in filenames:
@@ -185,17 +268,54 @@ def _release_versions(filenames: list[str], project: str) -> set[str]:
     return found
 
 
-def _wanted(files: list[IndexFile], known: set[str], releases: tuple[str, ...], url: str) -> list[str]:
-    available = _release_versions([file.filename for file in files], "torch-xla")
+def _wanted(files: list[IndexFile], known: set[str], releases: tuple[str, ...], url: str,
+            yanked: set[str]) -> list[str]:
+    available = _release_versions([file.filename for file in files])
     if releases:
         absent = [release for release in releases if release not in available]
         if absent:
-            raise ConfigError(f"torch_xla {', '.join(absent)} has no x86_64 Linux release wheel on {url}",
+            why = "is yanked (PEP 592)" if set(absent) <= yanked else "has no x86_64 Linux release wheel"
+            raise ConfigError(f"torch_xla {', '.join(absent)} {why} on {url}",
                               location=Location(url), rule="update-release",
                               hint=f"releases there: {', '.join(sorted(available, key=Version)[-6:])}")
         return sorted(set(releases) - known, key=Version)
+    return sorted((version for version in available if _newer_than(version, known)), key=Version)
+
+
+def _newer_than(version: str, known: set[str]) -> bool:
+    return all(Version(version) > Version(other) for other in known)
+
+
+def _without_jumps(wanted: list[str], known: set[str], named: bool, allow: tuple[str, ...],
+                   warnings: list[str]) -> list[str]:
+    """`wanted` without the releases newer than the matrix's that skip more than a minor release (2.9.0 ->
+    2.11.0, 9999.0.0) unless `allow`ed: a made-up or mistyped version on an index must not become a release.
+
+    Each is compared with the newest release before it, in the matrix or taken here. A release named with
+    --release is refused (update-jump); one found on the index is left out with a warning.
+    """
     newest = max((Version(version) for version in known), default=None)
-    return sorted((version for version in available if newest is None or Version(version) > newest), key=Version)
+    taken = []
+    for version in wanted:
+        current = Version(version)
+        if newest is not None and current > newest and version not in allow and _jumps(newest, current):
+            message = (f"torch_xla {version} skips more than a minor release after {newest}")
+            if named:
+                raise ConfigError(message, location=Location("--release"), rule="update-jump",
+                                  hint=f"if {version} is real, add --allow {version}")
+            warnings.append(f"{message}: not proposed (--allow {version} takes it)")
+            continue
+        taken.append(version)
+        newest = current if newest is None or current > newest else newest
+    return taken
+
+
+def _jumps(previous: Version, current: Version) -> bool:
+    """More than one minor release from `previous` to `current`: 2.9 -> 2.10 and 2.9 -> 3.0 do not jump."""
+    (major, minor), (new_major, new_minor) = previous.release[:2], current.release[:2]
+    if new_major == major:
+        return new_minor > minor + 1
+    return new_major != major + 1 or new_minor > 0
 
 
 def _a_wheel(files: list[IndexFile], version: str) -> IndexFile:
@@ -235,7 +355,7 @@ def _index_url(site: Site, doc: yamlsrc.YamlDoc, defaults: dict) -> str:
                           location=Location(rule.declared_at), rule="update-index",
                           hint="update reads a package index: give that source an index_url, or none (the "
                                "public index)")
-    return wheel_index.index_of(rule.source.index_url)
+    return wheel_index.source_url(rule.source.index_url)
 
 
 def _ca(site: Site) -> str | None:
