@@ -21,6 +21,10 @@ SCHEMAS_DIR = Path("schemas")
 MATRIX_SCHEMA = SCHEMAS_DIR / "matrix.schema.json"
 SITE_SCHEMA = SCHEMAS_DIR / "site.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# python_support as packaging.specifiers.SpecifierSet reads it: clauses `OP VERSION` joined by commas. Wider
+# than packaging (it checks the version's grammar too), never narrower.
+_CLAUSE = r"\s*(~=|===|==|!=|<=|>=|<|>)\s*v?[0-9][0-9A-Za-z.*+!_-]*\s*"
+SPECIFIER = f"^{_CLAUSE}(,{_CLAUSE})*$"
 
 
 def _pattern(regex: re.Pattern[str]) -> str:
@@ -64,7 +68,8 @@ def matrix_schema() -> dict[str, Any]:
     }, matrix.DEFAULT_KEYS)
     release = _closed({
         "torch": _version(matrix.PACKAGE_VERSION, "2.9.0"), "pytorch_git_rev": git_rev, "xla_git_rev": git_rev,
-        "python_support": {"type": "string", "minLength": 1, "maxLength": 200, "examples": [">=3.10,<3.14"]},
+        "python_support": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": SPECIFIER,
+                           "examples": [">=3.10,<3.14"]},
         "pythons": _pythons(), "accelerators": _word_list(Accelerator), "abis": _word_list(Abi),
         "default_abi": {"enum": _words(Abi)}, "libtpu": _version(matrix.PACKAGE_VERSION, "0.0.21"),
         "channel": {"enum": _words(Channel)},
@@ -90,7 +95,8 @@ def site_schema() -> dict[str, Any]:
     path = {"type": "string", "pattern": _pattern(site._PATH)}
     urls = {"anyOf": [plain, {"type": "array", "items": plain}]}
     match = _closed({"torch_xla": {"type": "string", "maxLength": site.MAX_SPECIFIER, "examples": [">=2.7"]},
-                     "abi": {"enum": _words(Abi)}, "channel": {"enum": _words(Channel)}}, site.MATCH_KEYS)
+                     "abi": {"enum": [*_words(Abi), None]}, "channel": {"enum": _words(Channel)}},
+                    site.MATCH_KEYS)
     local = {"type": ["string", "null"], "pattern": _pattern(site.LOCAL_LABEL)}
     source = _closed({
         "name": {"type": "string", "pattern": _pattern(site.SOURCE_NAME)},
