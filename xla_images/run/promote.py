@@ -8,13 +8,10 @@ Everything goes over the registry HTTP API v2. For each flavour:
    cross-repository mounted when both repositories live on the same registry host
    (`POST /v2/<to>/blobs/uploads/?mount=<digest>&from=<repo>`: no bytes move), otherwise streamed from the
    source (`GET`) into an upload session at the destination (one `PUT` for a small blob, `PATCH` chunks then
-   `PUT ?digest=` for a large one), bounded by its descriptor's size and checked against its size and digest
-   before the upload is finished (a short, endless or other blob is refused; the source is read under a deadline
-   of DEADLINE plus its size at 1 MiB/s);
+   `PUT ?digest=` for a large one), its sha256 checked on the way;
 3. child manifests are put by digest, then the flavour's manifest, byte for byte, under its canonical tag and
    then its aliases (an alias never names a manifest the destination lacks); the digest the destination serves
-   for every tag must equal the source digest; the manifest is the one fetched by the digest the source's tags
-   named (the client checks it hashes to it), so only the digest asked for is tagged and recorded;
+   for every tag must equal the source digest;
 4. published.json records the copy (the entry's `promotions`), written atomically.
 """
 from __future__ import annotations
@@ -29,7 +26,6 @@ from ..errors import Failure
 from ..model.registry import Registry
 from ..model.target import Target
 from .publish import Published, read_published, record_published
-from . import netread
 from .registry import RegistryClient, answers
 from .registry.upload import DEFAULT_CHUNK, BlobUpload, blob_exists
 
@@ -100,9 +96,6 @@ def find_at_source(flavours: list[Target], source: RegistryClient) -> list[Sourc
             missing.append(flavour.tag)
             continue
         manifest, media_type, digest = fetched
-        if digest != digests[flavour.tag]:  # manifest_bytes verified it; said again where the digest is chosen
-            raise answers.other_digest(source.registry.host, f"GET manifest {digests[flavour.tag]}", digest,
-                                       str(digests[flavour.tag]))
         found.append(SourceImage(flavour, digest, manifest, media_type))
     if missing:
         raise Failure(f"not in {source.registry}: {'; '.join(missing)}", rule="promote-source",
@@ -161,32 +154,27 @@ class BlobCopier:
             response = None
         upload = BlobUpload(self.destination, "promote-blob", self.chunk_size).start(response)
         try:
-            transfer.bytes_copied += self._stream(digest, size, upload)
+            transfer.bytes_copied += self._stream(digest, upload)
         except BaseException:
             upload.cancel()
             raise
         transfer.copied += 1
 
-    def _stream(self, digest: str, size: int, upload: BlobUpload) -> int:
-        """The blob from the source into `upload`: at most `size` bytes read, then its size and digest checked."""
+    def _stream(self, digest: str, upload: BlobUpload) -> int:
         source_repo = self.source.registry.repository
-        what = f"read blob {digest} from {self.source.registry}"
-        with self.source.exchange(what, self.source.deadline_for(size)):
-            response = self.source.request("GET", f"/v2/{source_repo}/blobs/{digest}", stream=True)
-            self.source.raise_for(response, what)
-            if response.status_code != 200:
-                response.close()
-                raise Failure(f"could not {what}: HTTP {response.status_code}", rule="promote-blob")
-            sha, read = hashlib.sha256(), 0
-            for piece in netread.iter_body(response, size, host=f"registry {self.source.registry.host}", what=what,
-                                           rule="promote-blob"):
+        response = self.source.request("GET", f"/v2/{source_repo}/blobs/{digest}", stream=True)
+        self.source.raise_for(response, f"read blob {digest} from {self.source.registry}")
+        if response.status_code != 200:
+            response.close()
+            raise Failure(f"could not read blob {digest} from {self.source.registry}: HTTP {response.status_code}",
+                          rule="promote-blob")
+        sha = hashlib.sha256()
+        try:
+            for piece in response.iter_content(chunk_size=1 << 20):
                 sha.update(piece)
-                read += len(piece)
                 upload.write(piece)
-        if read != size:
-            raise Failure(f"blob {digest} read from {self.source.registry} is {read} bytes, its manifest says {size}",
-                          rule="promote-blob", hint="the source registry's storage is corrupt or the answer was cut; "
-                                                    "nothing was tagged at the destination")
+        finally:
+            response.close()
         if "sha256:" + sha.hexdigest() != digest:
             raise Failure(f"blob {digest} read from {self.source.registry} has another sha256", rule="promote-blob",
                           hint="the source registry's storage is corrupt; nothing was tagged at the destination")

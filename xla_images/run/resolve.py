@@ -85,13 +85,12 @@ def _telling_filter(candidates: list[Candidate], filters: dict[str, str | None])
 
 
 def verify(candidate: Candidate, client: RegistryClient, warn: Warn) -> Resolved:
-    """Check the recorded digest still exists (the registry must answer that very digest); a registry that does
-    not answer, or too slowly, only earns a warning."""
+    """Check the recorded digest still exists; a registry that does not answer only earns a warning."""
     digest = candidate.ref.rpartition("@")[2]
     try:
         present = client.manifest_digest(digest) is not None
     except Failure as error:
-        if error.rule not in ("registry-reachable", "registry-dns", "registry-slow"):
+        if error.rule not in ("registry-reachable", "registry-dns"):
             raise  # a TLS or auth failure is a setup to fix, not a registry that is away
         warn(f"warning: could not re-verify {candidate.ref}: {error.message}")
         return Resolved(candidate.ref, candidate.tag, verified=False)

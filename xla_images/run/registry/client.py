@@ -3,23 +3,20 @@
 Every call goes through one path: the host's trust (tls.Trust: scheme, CAs, client certificate), the
 credentials' Authorization (auth.Authenticator: basic or bearer, after the registry's 401 challenge), retries
 of what a retry can fix (refused, reset, timed out, 429 and 5xx; exponential waits), and errors under their
-own rules (errors.classify). Answers are checked before use (answers: sizes, JSON shapes, media types, digests
-equal to the ones asked for), and every exchange ends: the public reads run under an overall deadline
-(run/netread.py: it bites at the socket, so a registry dribbling one byte at a time is cut, under
-`registry-slow`) and read bounded bodies; tag lists are streamed page by page and capped.
+own rules (errors.classify). Answers are checked before use (answers: sizes, JSON shapes, digests).
 """
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+import hashlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 import tenacity
+from requests.adapters import HTTPAdapter
 
 from ...errors import Failure
-from .. import netread
 from ...model.registry import Registry
 from . import answers
 from .auth import Authenticator, auth_refused
@@ -27,19 +24,17 @@ from .credentials import Credentials
 from .errors import RegistryDown, classify, unreachable_hint
 from .tls import Trust, load_trust
 
-MANIFEST_MEDIA_TYPES = answers.MANIFEST_MEDIA_TYPES
+# Everything a registry may answer for a tag: single-platform manifests and indexes, Docker and OCI.
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+)
 ACCEPT_MANIFESTS = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
 # Answers a registry gives while it is overloaded or restarting (a 500 is often a storage hiccup): retried.
 RETRIED_STATUSES = (429, 500, 502, 503, 504)
-# The overall deadline of one exchange (request, token round, answer): bodies here are at most a few MiB.
-DEADLINE = 120.0
-# Exchanges that move many bytes (a blob, an upload chunk) get DEADLINE plus their size at this slowest rate.
-SLOWEST_RATE = 1 << 20  # bytes per second
-# A tag list: at most this many pages (a registry whose `Link` never ends), all within TAGS_DEADLINE.
-MAX_TAG_PAGES = 1000
-TAGS_DEADLINE = 900.0
-# tag_digests asks one HEAD per tag: prune's repositories hold hundreds; more than this is refused, not waited out.
-MAX_TAG_DIGESTS = 5000
+MAX_TAG_PAGES = 100
 
 
 @dataclass
@@ -49,9 +44,8 @@ class RetryPolicy:
     max_wait: float = 8.0
 
 
-class _TrustAdapter(netread.DeadlineAdapter):
-    """An adapter whose TLS is exactly the Trust's context: requests adds no CA of its own (certifi); its reads
-    end at the current netread deadline."""
+class _TrustAdapter(HTTPAdapter):
+    """An adapter whose TLS is exactly the Trust's context: requests adds no CA of its own (certifi)."""
 
     def __init__(self, context: Any) -> None:
         self._context = context
@@ -84,17 +78,15 @@ class RegistryClient:
     def __init__(self, registry: Registry, credentials: Credentials | None = None, *,
                  actions: str = "pull,push,delete", extra_scopes: tuple[str, ...] = (),
                  trust: Trust | None = None, retry: RetryPolicy | None = None, timeout: float = 30.0,
-                 session: requests.Session | None = None, deadline: float = DEADLINE) -> None:
+                 session: requests.Session | None = None) -> None:
         self.registry = registry
         self.credentials = credentials
         self.trust = trust or load_trust(registry.host)
         self.scopes = (f"repository:{registry.repository}:{actions}", *extra_scopes)
         self.retry = retry or RetryPolicy()
-        self.timeout = timeout  # per socket read; `deadline` bounds each whole exchange
-        self.deadline = deadline
+        self.timeout = timeout
         self.session = session or requests.Session()
         self._trusts: dict[str, Trust] = {}
-        self.session.mount("http://", netread.DeadlineAdapter())  # https hosts get a _TrustAdapter (_mount)
         self._mount(self.trust)
         self.auth = Authenticator(registry.host, credentials, self._send)
 
@@ -104,20 +96,10 @@ class RegistryClient:
 
     # public
 
-    def exchange(self, what: str, seconds: float | None = None) -> AbstractContextManager[netread.Deadline]:
-        """An overall deadline (`registry-slow`) for what the block asks of this registry and reads back."""
-        return netread.deadline(self.deadline if seconds is None else seconds, host=f"registry {self.registry.host}",
-                                what=what, rule="registry-slow")
-
-    def deadline_for(self, size: int) -> float:
-        """The deadline of an exchange moving `size` bytes: DEADLINE plus the size at the slowest accepted rate."""
-        return self.deadline + max(size, 0) / SLOWEST_RATE
-
     def check_reachable(self) -> None:
         """GET /v2/: 200 when a registry listens there and lets us in (a 401 challenge is answered first)."""
-        with self.exchange("GET /v2/"):
-            response = self._request("GET", "/v2/")
-            response.close()
+        response = self._request("GET", "/v2/")
+        response.close()
         if response.status_code in (401, 403):
             raise auth_refused(self.registry.host, self.credentials, f"/v2/ ({response.status_code})")
         if response.status_code != 200:
@@ -125,23 +107,16 @@ class RegistryClient:
                           rule="registry-reachable", hint=unreachable_hint(self.registry.host))
 
     def manifest_digest(self, reference: str) -> str | None:
-        """The digest the registry serves for a tag or digest, or None when it has no such manifest.
-        Asked by digest, the answer must be that digest; without a Docker-Content-Digest header the manifest is
-        fetched, checked to be one, and hashed."""
+        """The digest the registry serves for a tag or digest, or None when it has no such manifest."""
         path = f"/v2/{self.registry.repository}/manifests/{reference}"
-        what = f"HEAD manifest {reference}"
-        with self.exchange(what):
-            response = self._request("HEAD", path, headers=dict(ACCEPT_MANIFESTS))
-            response.close()
+        response = self._request("HEAD", path, headers=dict(ACCEPT_MANIFESTS))
+        response.close()
         if response.status_code == 404:
             return None
-        self._raise_for(response, what)
+        self._raise_for(response, f"HEAD manifest {reference}")
         digest = response.headers.get("Docker-Content-Digest")
         if digest:
-            digest = answers.checked_digest(digest, self.registry.host, what)
-            if answers.is_digest(reference):
-                answers.digest_equal(digest, reference, self.registry.host, what)
-            return digest
+            return answers.checked_digest(digest, self.registry.host, f"HEAD manifest {reference}")
         # Some registries omit the header on HEAD; the digest is the sha256 of the exact manifest bytes.
         fetched = self.manifest_bytes(reference)
         return None if fetched is None else fetched[2]
@@ -151,97 +126,63 @@ class RegistryClient:
         fetched = self.manifest_bytes(reference)
         if fetched is None:
             raise Failure(f"{self.registry.ref(reference)} has no manifest", rule="registry-manifest")
-        return answers.json_object(fetched[0], self.registry.host, f"GET manifest {reference}")
+        document = answers.json_object(fetched[0], self.registry.host, f"GET manifest {reference}")
+        answers.blob_list(document, self.registry.host)
+        return document
 
     def manifest_bytes(self, reference: str) -> tuple[bytes, str, str] | None:
-        """The exact manifest bytes, their media type and digest (promote copies these verbatim), or None.
-        Verified: a manifest or index of a known media type, hashing to the digest asked for (by digest) and to
-        the Docker-Content-Digest the registry sent (by tag)."""
+        """The exact manifest bytes, their media type and digest (promote copies these verbatim), or None."""
         path = f"/v2/{self.registry.repository}/manifests/{reference}"
-        what = f"GET manifest {reference}"
-        with self.exchange(what):
-            response = self._request("GET", path, headers=dict(ACCEPT_MANIFESTS), stream=True)
-            if response.status_code == 404:
-                response.close()
-                return None
-            self._raise_for(response, what)
-            data = answers.body(response, answers.MANIFEST_LIMIT, self.registry.host, what)
-        digest = answers.sha256(data)
-        if answers.is_digest(reference):
-            answers.digest_equal(digest, reference, self.registry.host, what)
-        served = response.headers.get("Docker-Content-Digest")
-        if served:
-            answers.digest_equal(digest, answers.checked_digest(served, self.registry.host, what),
-                                 self.registry.host, f"{what} (its bytes against its Docker-Content-Digest)")
-        _, media_type = answers.manifest_document(data, response.headers.get("Content-Type", ""),
-                                                  self.registry.host, what)
-        return data, media_type, digest
+        response = self._request("GET", path, headers=dict(ACCEPT_MANIFESTS), stream=True)
+        if response.status_code == 404:
+            response.close()
+            return None
+        self._raise_for(response, f"GET manifest {reference}")
+        data = answers.body(response, answers.MANIFEST_LIMIT, self.registry.host, f"GET manifest {reference}")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        return data, media_type, "sha256:" + hashlib.sha256(data).hexdigest()
 
     def tags(self) -> list[str]:
-        """Every tag of the repository (at most answers.MAX_TAGS), sorted."""
-        return sorted(set(self.iter_tags()))
-
-    def iter_tags(self) -> Iterator[str]:
-        """The tags page by page as the registry sends them, following `Link` pages: each page bounded, at most
-        MAX_TAG_PAGES pages and answers.MAX_TAGS tags, all within TAGS_DEADLINE (no deadline stays in force
-        between pages: the consumer may ask other things meanwhile)."""
+        """Every tag of the repository, following the `Link` pages a registry may split the list into."""
+        found: list[str] = []
         path: str | None = f"/v2/{self.registry.repository}/tags/list"
-        whole = netread.Deadline(TAGS_DEADLINE, f"registry {self.registry.host}", "the tag list")
-        count = 0
         for _ in range(MAX_TAG_PAGES):
             if path is None:
-                return
-            if whole.passed():
-                raise whole.failure()
-            page, path = self._tag_page(path, min(self.deadline, whole.remaining()))
-            count += len(page)
-            if count > answers.MAX_TAGS:
-                raise _too_many(self.registry.host, f"more than {answers.MAX_TAGS} tags", "tags")
-            yield from page
-        if path is not None:
-            raise _too_many(self.registry.host, f"more than {MAX_TAG_PAGES} pages of tags", "tags")
-
-    def _tag_page(self, path: str, seconds: float) -> tuple[list[str], str | None]:
-        with self.exchange(f"GET {path.split('?')[0]}", seconds):
+                break
             response = self._request("GET", path, stream=True)
             if response.status_code == 404:
                 response.close()
-                return [], None
+                return []
             self._raise_for(response, "list tags")
             data = answers.body(response, answers.TAGS_LIMIT, self.registry.host, "the tag list")
-        page = answers.tag_list(answers.json_object(data, self.registry.host, "the tag list"), self.registry.host)
-        return page, _next_page(response.headers.get("Link", ""))
+            found += answers.tag_list(answers.json_object(data, self.registry.host, "the tag list"),
+                                      self.registry.host)
+            path = _next_page(response.headers.get("Link", ""))
+        return sorted(set(found))
 
-    def tag_digests(self, limit: int = MAX_TAG_DIGESTS) -> dict[str, str]:
-        """Every tag of the repository and the digest it names: one HEAD per tag, so at most `limit` tags."""
-        tags = []
-        for tag in self.iter_tags():
-            tags.append(tag)
-            if len(tags) > limit:
-                raise _too_many(self.registry.host, f"more than {limit} tags, one HEAD each", "tag digests")
+    def tag_digests(self) -> dict[str, str]:
+        """Every tag of the repository and the digest it names."""
         found = {}
-        for tag in sorted(set(tags)):
+        for tag in self.tags():
             digest = self.manifest_digest(tag)
             if digest is not None:
                 found[tag] = digest
         return found
 
     def blob_json(self, digest: str) -> dict[str, Any]:
-        """A small JSON blob (an image config), read bounded and checked against its digest."""
+        """A small JSON blob (an image config), read bounded."""
         answers.checked_digest(digest, self.registry.host, "a manifest's config")
-        what = f"GET blob {digest}"
-        with self.exchange(what):
-            response = self._request("GET", f"/v2/{self.registry.repository}/blobs/{digest}", stream=True)
-            self._raise_for(response, what)
-            data = answers.body(response, answers.CONFIG_LIMIT, self.registry.host, what)
-        answers.digest_equal(answers.sha256(data), digest, self.registry.host, what)
-        return answers.json_object(data, self.registry.host, what)
+        response = self._request("GET", f"/v2/{self.registry.repository}/blobs/{digest}", stream=True)
+        self._raise_for(response, f"GET blob {digest}")
+        data = answers.body(response, answers.CONFIG_LIMIT, self.registry.host, f"GET blob {digest}")
+        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            raise answers.refuse(self.registry.host, f"GET blob {digest}", "bytes of another digest")
+        return answers.json_object(data, self.registry.host, f"GET blob {digest}")
 
     def delete_manifest(self, digest: str) -> bool:
         """Delete a manifest (every tag naming it goes too). False when it was not there."""
-        with self.exchange(f"DELETE manifest {digest}"):
-            response = self._request("DELETE", f"/v2/{self.registry.repository}/manifests/{digest}")
-            response.close()
+        response = self._request("DELETE", f"/v2/{self.registry.repository}/manifests/{digest}")
+        response.close()
         if response.status_code == 404:
             return False
         self._raise_for(response, f"DELETE manifest {digest}")
@@ -252,11 +193,8 @@ class RegistryClient:
                 stream: bool = False, once: bool = False) -> requests.Response:
         """Any API call with this client's trust, retries and credentials; `path` may be an upload's Location.
         `once`: a single attempt (a best-effort clean-up must not wait out a registry that is down)."""
-        if stream:  # the body is read after this returns: the caller holds the deadline (exchange, deadline_for)
-            return self._request(method, path, headers, data=data, params=params, stream=stream,
-                                 attempts=1 if once else None)
-        with self.exchange(f"{method} {urlsplit(path).path}", self.deadline_for(len(data or b""))):
-            return self._request(method, path, headers, data=data, params=params, attempts=1 if once else None)
+        return self._request(method, path, headers, data=data, params=params, stream=stream,
+                             attempts=1 if once else None)
 
     def raise_for(self, response: requests.Response, what: str) -> None:
         self._raise_for(response, what)
@@ -268,10 +206,8 @@ class RegistryClient:
                  stream: bool = False, attempts: int | None = None) -> requests.Response:
         attempts = attempts or self.retry.attempts
         retrying = tenacity.Retrying(
-            # No retry, and no wait, past the current deadline: the exchange then fails as `registry-slow`.
-            stop=tenacity.stop_any(tenacity.stop_after_attempt(attempts), _deadline_passed),
-            wait=_within_deadline(tenacity.wait_exponential(multiplier=self.retry.first_wait,
-                                                            max=self.retry.max_wait)),
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_exponential(multiplier=self.retry.first_wait, max=self.retry.max_wait),
             retry=tenacity.retry_if_exception_type(RegistryDown),
             reraise=True,
         )
@@ -335,24 +271,6 @@ class RegistryClient:
             response.close()
             raise Failure(f"registry {self.registry.host}: {what} failed with HTTP {response.status_code}",
                           rule="registry-request")
-
-
-def _deadline_passed(_state: tenacity.RetryCallState) -> bool:
-    now = netread.current()
-    return now is not None and now.passed()
-
-
-def _within_deadline(wait: Any) -> Any:
-    def bounded(state: tenacity.RetryCallState) -> float:
-        now = netread.current()
-        return float(wait(state)) if now is None else max(0.0, min(float(wait(state)), now.remaining()))
-    return bounded
-
-
-def _too_many(host: str, what: str, of: str) -> Failure:
-    return Failure(f"registry {host}: the repository has {what}", rule="registry-too-many-tags",
-                   hint=f"the {of} of a repository this large are more than one command reads; delete old tags "
-                        "with the registry's own tools, or use a repository per purpose")
 
 
 def _next_page(link: str) -> str | None:
