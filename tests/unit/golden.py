@@ -14,32 +14,20 @@ from xla_images.model.target import bind
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
-# A matrix of our own, so the golden files change when the templates or the flavour logic change, not when
-# matrix.yaml gains a release.
-FIXED_MATRIX = """\
-schema: 1
-defaults:
-  pythons: ["3.10", "3.11", "3.12"]
-  accelerators: [tpu, cpu]
-  default_abi: cxx11
-  abis: [cxx11]
-  latest_python: "3.11"
-releases:
-  "2.6.0":
-    torch: "2.6.0"
-    pytorch_git_rev: v2.6.0
-    xla_git_rev: v2.6.0
-    python_support: ">=3.9,<3.12"
-    default_abi: pre-cxx11
-    abis: [pre-cxx11, cxx11]
-    libtpu: "0.0.7.1"
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
-"""
+# A matrix of our own (tests/fixtures/matrix/two-releases.yaml: 2.6.0 in both ABIs, 2.9.0), so the golden files
+# change when the templates or the flavour logic change, not when matrix.yaml gains a release.
+FIXED_MATRIX = (Path(__file__).resolve().parents[1] / "fixtures" / "matrix" / "two-releases.yaml").read_text(
+    encoding="utf-8")
+
+
+def two_releases(*edits: tuple[str, str]) -> str:
+    """The fixed matrix with exact text edits (old, new): a test's own matrix, said as its difference from the one
+    every test shares, so no test pastes a copy of it."""
+    text = FIXED_MATRIX
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
 
 
 def update_golden() -> bool:
