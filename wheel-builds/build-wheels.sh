@@ -25,7 +25,7 @@ readonly PYTORCH_REPO=${PYTORCH_REPO:-https://github.com/pytorch/pytorch.git}
 readonly XLA_REPO=${XLA_REPO:-https://github.com/pytorch/xla.git}
 # Every parameter file sets these (render writes them; a hand-edited file that lacks one is refused).
 readonly PARAMETERS=(WHEEL_BUILD FLAVOURS PYTHON_VERSION ABI ABI_FLAG PYTORCH_REV XLA_REV TORCH_VERSION
-    TORCH_XLA_VERSION_WANTED PYELFTOOLS_PIN BUILDER_BASE_IMAGE)
+    TORCH_XLA_VERSION_WANTED BUILDER_BASE_IMAGE)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -180,7 +180,7 @@ done
 [[ -n $build ]] || usage_error "name the wheel build, e.g. build-wheels.sh r2.9.0_3.11_cxx11 (see --help). Builds here: $(builds)"
 load_parameters "$build"
 readonly WHEEL_BUILD FLAVOURS PYTHON_VERSION ABI ABI_FLAG PYTORCH_REV XLA_REV TORCH_VERSION \
-    TORCH_XLA_VERSION_WANTED PYELFTOOLS_PIN BUILDER_BASE_IMAGE parameters_file
+    TORCH_XLA_VERSION_WANTED BUILDER_BASE_IMAGE parameters_file
 readonly PYTHON_TAG=cp${PYTHON_VERSION//./}
 
 root=${XLA_IMAGES_ROOT:-$(cd "$here/.." && pwd)}
@@ -309,7 +309,7 @@ build_here() {
     if [[ ! -x $py ]]; then
         run "$python_cmd" -m venv "$venv"
     fi
-    run "$py" -m pip install -r "$pytorch_src/requirements.txt" wheel "$PYELFTOOLS_PIN"
+    run "$py" -m pip install -r "$pytorch_src/requirements.txt" wheel
 
     step "3/7 torch wheel"
     run_in "$pytorch_src" env _GLIBCXX_USE_CXX11_ABI="$ABI_FLAG" USE_CUDA=0 BUILD_TEST=0 \

@@ -82,12 +82,15 @@ class XlaImagesError(Exception):
         self.hint = redacted(hint) if hint else hint
 
     def render(self) -> str:
-        """One readable block: `file:line: error [rule]: message` then the hint."""
+        """One readable block: `file:line: error [rule]: message`, the hint, and last the rule to paste into
+        `build.py explain` (xla_images/rules.py holds every rule; scripts read the `error [rule]` prefix)."""
         prefix = f"{self.location}: " if self.location else ""
         rule = f" [{self.rule}]" if self.rule else ""
         text = f"{prefix}error{rule}: {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
+        if self.rule:
+            text += f"\n  explain: build.py explain {self.rule}"
         return text
 
     def __str__(self) -> str:

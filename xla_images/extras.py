@@ -59,8 +59,8 @@ def missing_dependency_message(error: ModuleNotFoundError) -> str | None:
         return None  # a broken checkout or a bug of ours: the traceback is the useful answer
     for extra in EXTRAS.values():
         if top in extra.modules:
-            return (f"error [extra-missing]: {extra.purpose} needs the optional extra '{extra.name}'\n"
-                    f"  hint: {extra.install}")
-    return (f"error [dependency-missing]: the dependency {top!r} is not installed for {sys.executable}\n"
-            f"  hint: install xla-images with its pinned dependencies: pip install {DISTRIBUTION} (in a checkout: "
-            "pip install -e ., or `bash ci/setup.sh` and use .venv/bin/python)")
+            return ConfigError(f"{extra.purpose} needs the optional extra '{extra.name}'", rule="extra-missing",
+                               hint=extra.install).render()
+    return ConfigError(f"the dependency {top!r} is not installed for {sys.executable}", rule="dependency-missing",
+                       hint=f"install xla-images with its pinned dependencies: pip install {DISTRIBUTION} (in a "
+                       "checkout: pip install -e ., or `bash ci/setup.sh` and use .venv/bin/python)").render()

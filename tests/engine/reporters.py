@@ -13,30 +13,24 @@ class RecordingReporter:
     """A Reporter that keeps what it is told (the CLI's displays are exercised by the CLI tests)."""
 
     def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
+        self.notices: list[str] = []
         self.states: list[tuple[str, str]] = []
         self.results: list[build.FlavourResult] = []
 
     def state(self, flavour: Flavour, text: str) -> None:
         self.states.append((flavour.tag, text))
 
-    def line(self, flavour: Flavour, text: str) -> None:
-        self.lines.append((flavour.tag, text))
-
     def finished(self, result: build.FlavourResult) -> None:
         self.results.append(result)
 
     def notice(self, text: str) -> None:
-        self.lines.append(("", text))
+        self.notices.append(text)
 
 
 class QuietReporter:
     """Shows nothing of a build but its notices, on stderr (pytest shows them for a failed test)."""
 
     def state(self, flavour: Flavour, text: str) -> None:
-        pass
-
-    def line(self, flavour: Flavour, text: str) -> None:
         pass
 
     def finished(self, result: build.FlavourResult) -> None:

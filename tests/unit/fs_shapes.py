@@ -54,7 +54,7 @@ def make_checkout(base: Path) -> Checkout:
     root.mkdir()
     shutil.copy2(ROOT / "matrix.yaml", root)
     shutil.copy2(ROOT / "docker-bake.json", root)
-    for folder in ("Dockerfiles", "wheel-builds", "ci/github"):
+    for folder in ("Dockerfiles", "wheel-builds", "ci/github", "schemas"):
         shutil.copytree(ROOT / folder, root / folder)
     outside.mkdir()
     (outside / "victim.txt").write_text("not xla-images' file\n")

@@ -12,12 +12,12 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from golden import two_releases
 from xla_images import names
 from xla_images.errors import ConfigError
 from xla_images.generate import cigen, sync
@@ -140,28 +140,9 @@ def test_two_flavours_on_one_target_name_is_an_error(plan: Plan) -> None:
     assert raised.value.rule == "bake-names"
 
 
-FIXTURE_MATRIX = textwrap.dedent("""\
-    schema: 1
-    defaults:
-      pythons: ["3.11"]
-      accelerators: [cpu]
-      default_abi: cxx11
-      abis: [cxx11]
-      latest_python: "3.11"
-    releases:
-      "2.6.0":
-        torch: "2.6.0"
-        pytorch_git_rev: v2.6.0
-        xla_git_rev: v2.6.0
-        python_support: ">=3.9,<3.12"
-        default_abi: pre-cxx11
-        abis: [pre-cxx11]
-      "2.9.0":
-        torch: "2.9.0"
-        pytorch_git_rev: v2.9.1
-        xla_git_rev: v2.9.0
-        python_support: ">=3.10,<3.14"
-    """)
+FIXTURE_MATRIX = two_releases(('pythons: ["3.10", "3.11", "3.12"]', 'pythons: ["3.11"]'),
+                              ("accelerators: [tpu, cpu]", "accelerators: [cpu]"),
+                              ("abis: [pre-cxx11, cxx11]", "abis: [pre-cxx11]"))
 
 
 def test_golden_bake_for_a_small_matrix(tmp_path: Path) -> None:

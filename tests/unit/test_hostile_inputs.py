@@ -11,91 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from hostile_inputs import FIXTURE_LOCK, FIXTURE_MATRIX, ROOT, assert_answered, run_cli, run_limited
+from hostile_inputs import (BOMB, FIXTURE_LOCK, MATRICES_AS_WRITTEN, MATRIX, MATRIX_CASES, ROOT, SITE_CASES,
+                            assert_answered, line_of, run_cli, run_limited)
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError
 from xla_images.model import lockfile
 from xla_images.run import publish
-
-MATRIX = FIXTURE_MATRIX.read_text(encoding="utf-8")
-# "Billion laughs": nine levels of nine aliases, 9**9 values if it were built.
-BOMB = "".join(f"{name}: &{name} [{', '.join([item] * 9)}]\n"
-               for item, name in zip(['"lol"', *(f"*{prev}" for prev in "abcdefgh")], "abcdefghi"))
-
-
-def edit(old: str, new: str) -> str:
-    assert old in MATRIX, old
-    return MATRIX.replace(old, new, 1)
-
-
-def line_of(text: str, needle: str) -> int:
-    return next(number for number, line in enumerate(text.splitlines(), 1) if needle in line)
-
-
-# (case id, matrix text, rule, text on the line the error must name (None: line 1 / whole file))
-MATRIX_CASES = [
-    ("empty-file", "", "schema-missing", None),
-    ("list-at-top", "- schema\n- 1\n", "schema-type", None),
-    ("null-everywhere", "schema: ~\ndefaults: ~\nreleases: ~\nexclude: ~\n", "schema-type", "defaults: ~"),
-    ("schema-float", edit("schema: 1", "schema: 1.0"), "schema-type", "schema: 1.0"),
-    ("schema-bool", edit("schema: 1", "schema: true"), "schema-type", "schema: true"),
-    ("schema-string", edit("schema: 1", 'schema: "1"'), "schema-type", 'schema: "1"'),
-    ("schema-2", edit("schema: 1", "schema: 2"), "schema-version", "schema: 2"),
-    ("alias-bomb", BOMB, "yaml-aliases", "e: &e"),  # 9**5 values pass the limit: refused there
-    ("self-alias", "schema: 1\nreleases: &r\n  x: *r\n", "yaml-aliases", "x: *r"),
-    ("deep-sequence", "schema: " + "[" * 5000 + "]" * 5000 + "\n", "yaml-depth", None),
-    ("deep-mapping", "".join("  " * i + f"k{i}:\n" for i in range(200)), "yaml-depth", "k31:"),
-    ("deep-by-alias", "a: &a [[[[[[[[[[1]]]]]]]]]]\nb: &b [*a, [[[[[[[[[[*a]]]]]]]]]]]\n"
-                      "c: &c [*b, [[[[[[[[[[*b]]]]]]]]]]]\nd: [*c, [[[[[[[[[[*c]]]]]]]]]]]\n", "yaml-depth", "c:"),
-    ("python-tag", "schema: !!python/object/apply:os.system [ls]\n", "yaml-tag", "schema"),
-    ("custom-tag", edit('torch: "2.9.0"', "torch: !version 2.9.0"), "yaml-tag", "torch: !version"),
-    ("long-tag", "schema: !" + "t" * 100_000 + " 1\n", "yaml-tag", None),
-    ("binary-tag", "schema: !!binary aGVsbG8=\n", "yaml-tag", None),
-    ("set-tag", "releases: !!set {a, b}\n", "yaml-tag", None),
-    ("duplicate-key", MATRIX + "exclude: []\n", "yaml-duplicate-key", "exclude: []"),
-    ("default-abi-not-built", edit("  default_abi: cxx11\n", "  default_abi: pre-cxx11\n"), "abi-default",
-     "  default_abi: pre-cxx11"),
-    ("release-default-abi-not-built",
-     edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    default_abi: pre-cxx11  # not built\n'),
-     "abi-default", "# not built"),
-    ("latest-python-not-built", edit('latest_python: "3.11"', 'latest_python: "3.8"'), "latest-python",
-     'latest_python: "3.8"'),
-    ("python-twice", edit('"3.9", "3.10"', '"3.9", "3.9"'), "schema-duplicate", "pythons: [\"3.9\", \"3.9\""),
-    ("accelerator-twice", edit("accelerators: [tpu, cpu]", "accelerators: [tpu, tpu]"), "schema-duplicate",
-     "accelerators: [tpu, tpu]"),
-    ("bool-python", edit('"3.9", "3.10"', 'yes, "3.10"'), "schema-type", 'yes, "3.10"'),
-    ("nan-python", edit('latest_python: "3.11"', "latest_python: .nan"), "version-format", "latest_python"),
-    ("inf-torch", edit('torch: "2.9.0"', "torch: .inf"), "version-format", "torch: .inf"),
-    ("octal-libtpu", edit('libtpu: "0.0.21"', "libtpu: 010"), "version-format", "libtpu: 010"),
-    ("date-libtpu", edit('libtpu: "0.0.21"', "libtpu: 2024-01-01"), "schema-type", "libtpu: 2024"),
-    ("impossible-date", edit('libtpu: "0.0.21"', "libtpu: 2024-13-45"), "yaml-value", "libtpu: 2024"),
-    ("huge-int", edit('torch: "2.9.0"', "torch: " + "1" * 5000), "yaml-value", "torch: 111"),
-    ("unicode-digits", edit('"2.9.0":\n', '"\u0662.\u0669.\u0660":\n'), "version-format", '"\u0662.'),
-    ("unicode-digits-everywhere",  # \d matched them, then Version() raised a traceback
-     edit('"2.9.0":\n    torch: "2.9.0"', '"\u0662.\u0669.\u0660":\n    torch: "\u0662.\u0669.\u0660"'),
-     "version-format", 'torch: "\u0662'),
-    ("newline-in-key", edit('"2.9.0":\n', '"2.9.0\\n":\n'), "version-format", '"2.9.0\\n"'),
-    ("newline-in-torch", edit('torch: "2.9.0"', 'torch: "2.9.0\\n"'), "version-format", 'torch: "2.9.0\\n"'),
-    ("shell-in-git-rev", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: 'v2.9.1; curl x|sh'"), "git-rev",
-     "pytorch_git_rev: 'v2.9.1;"),
-    ("huge-git-rev", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: " + "a" * 200_000), "git-rev",
-     "pytorch_git_rev: aaa"),
-    ("list-in-exclude", edit('{python: "3.9", accelerator: cpu}', '{python: ["3.9"], accelerator: cpu}'),
-     "schema-type", '{python: ["3.9"]'),
-    ("thousands-of-flavours", edit('["3.9", "3.10", "3.11", "3.12", "3.13"]',
-                                   "[" + ", ".join(f'"3.{minor}"' for minor in range(9, 999)) + "]")
-     .replace('python_support: ">=3.10,<3.14"', 'python_support: ">=3.10"'), "matrix-size", "releases:"),
-    ("merge-key", "a: &a {x: 1}\nb:\n  <<: *a\n", "yaml-key", "<<"),
-    ("complex-key", "? [a, b]\n: 1\n", "yaml-key", None),
-    ("two-documents", MATRIX + "---\nschema: 1\n", "yaml-syntax", "---"),
-    ("control-character", "schema: 1\x07\n", "yaml-syntax", None),
-    # canonical equality (issue 19): 3.010 is 3.10 and 02.9.0 is 2.9.0 -- never a second flavour beside it
-    ("python-leading-zero", edit('"3.9", "3.10"', '"3.9", "3.010"'), "version-format", '"3.010"'),
-    ("python-leading-zero-unquoted", edit('"3.9", "3.10"', '"3.9", 3.010'), "version-format", "3.010"),
-    ("release-leading-zero", edit('"2.9.0":\n', '"02.9.0":\n'), "version-format", '"02.9.0"'),
-    ("torch-leading-zero", edit('torch: "2.9.0"', 'torch: "2.09.0"'), "version-format", 'torch: "2.09.0"'),
-]
-
 
 @pytest.mark.parametrize("text, rule, needle", [case[1:] for case in MATRIX_CASES], ids=[c[0] for c in MATRIX_CASES])
 def test_hostile_matrix_is_refused_with_rule_and_line(tmp_path: Path, text: str, rule: str, needle: str | None) -> None:
@@ -111,10 +32,7 @@ def test_hostile_matrix_is_refused_with_rule_and_line(tmp_path: Path, text: str,
 
 def test_values_as_written_are_still_accepted(tmp_path: Path) -> None:
     # What strictness must not break: unquoted pythons, a BOM, CRLF line ends, float-looking exclude values.
-    for name, text in {"unquoted": edit('["3.9", "3.10", "3.11", "3.12", "3.13"]', "[3.9, 3.10, 3.11, 3.12, 3.13]"),
-                       "bom": "\ufeff" + MATRIX, "crlf": MATRIX.replace("\n", "\r\n"),
-                       "float-exclude": edit('{python: "3.9", accelerator: cpu}', "{python: 3.9, accelerator: cpu}")
-                       }.items():
+    for name, text in MATRICES_AS_WRITTEN.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(text, encoding="utf-8", newline="")
         outcome = run_cli("validate", "--matrix", str(path))
@@ -167,37 +85,6 @@ def test_every_path_option_refuses_what_is_not_a_small_text_file(tmp_path: Path,
 
 
 # --- site.yaml and --set -------------------------------------------------------------------------------------
-
-SITE_CASES = [
-    ("newline-in-base", 'bases: {"3.11": "python:3.11\\nRUN curl x | sh"}\n', "site-bases", "bases"),
-    ("base-key-not-python", "bases: {latest: python:3.11}\n", "site-bases", "bases"),
-    ("source-name-with-space", "wheel_sources:\n  - name: a b\n", "site-wheel-sources", "name: a b"),
-    ("index-url-not-http", "wheel_sources:\n  - name: a\n    index_url: 'ftp://x\n      y'\n", "site-wheel-sources",
-     "index_url"),
-    ("local-label-without-plus", "wheel_sources:\n  - name: a\n    torch_local: cxx11\n", "site-wheel-sources",
-     "torch_local"),
-    ("float-specifier", "wheel_sources:\n  - name: a\n    match: {torch_xla: 2.7}\n", "site-wheel-sources", "match"),
-    ("find-links-mapping", "wheel_sources:\n  - name: a\n    find_links: [{x: 1}]\n", "site-wheel-sources",
-     "find_links"),
-    ("two-sources-one-name", "wheel_sources:\n  - name: a\n  - name: a  # again\n", "site-wheel-sources", "again"),
-    ("nul-in-ca-bundle", 'ca_bundle: "a\\0b"\n', "site-ca-bundle", "ca_bundle"),
-    ("space-in-registry", "registry: host/ repo\n", "site-registry", "registry"),
-    # registry hosts as Docker reads them (issue 19)
-    ("registry-port-too-big", "registry: 127.0.0.1:65536/x\n", "site-registry", "registry"),
-    ("registry-dot-dot", "registry: a..b:5000/x\n", "site-registry", "registry"),
-    ("registry-leading-hyphen", "registry: -a.example/x\n", "site-registry", "registry"),
-    # refused, not cut at 200 characters (a cut specifier matches other releases)
-    ("long-specifier", "wheel_sources:\n  - name: a\n    match: {torch_xla: '" + ">=2.7," * 40 + "<3'}\n",
-     "site-wheel-sources", "name: a"),
-    ("site-bomb", BOMB.replace("a: &a", "bases: &a"), "yaml-aliases", "e: &e"),
-    ("site-list", "- registry\n", "site-schema", None),
-    # YAML 1.1 integers not written in decimal: refused, not read as 3 (or as an int nobody can print)
-    ("hex-level", "compression:\n  format: zstd\n  level: 0x3\n", "site-number", "level"),
-    ("huge-hex-level", "compression:\n  level: 0x" + "f" * 4000 + "\n", "site-number", "level"),
-    ("binary-level", "compression: {format: zstd, level: 0b11}\n", "site-number", "compression"),
-    ("base-60-level", "compression:\n  level: 3:00\n", "site-number", "level"),
-]
-
 
 @pytest.mark.parametrize("text, rule, needle", [case[1:] for case in SITE_CASES], ids=[c[0] for c in SITE_CASES])
 def test_hostile_site_is_refused_with_rule_and_line(tmp_path: Path, text: str, rule: str, needle: str | None) -> None:

@@ -5,6 +5,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from golden import two_releases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,27 +18,7 @@ from xla_images.model.target import bind
 
 ROOT = Path(__file__).resolve().parents[2]
 
-GOOD = """\
-schema: 1
-defaults:
-  pythons: ["3.10", "3.11"]
-  accelerators: [tpu, cpu]
-releases:
-  "2.6.0":
-    torch: "2.6.0"
-    pytorch_git_rev: v2.6.0
-    xla_git_rev: v2.6.0
-    python_support: ">=3.9,<3.12"
-    default_abi: pre-cxx11
-    abis: [pre-cxx11, cxx11]
-    libtpu: "0.0.7.1"
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
-"""
+GOOD = two_releases(('pythons: ["3.10", "3.11", "3.12"]', 'pythons: ["3.10", "3.11"]'))
 
 
 def flavours_of(text: str, path: str = "m.yaml"):

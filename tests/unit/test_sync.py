@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from golden import two_releases
 from xla_images import names
 from xla_images.generate import sync
 from xla_images.generate.plan import Plan, load_plan
@@ -14,28 +15,8 @@ from xla_images.model import lockfile
 
 ROOT = Path(__file__).resolve().parents[2]
 
-MATRIX = """\
-schema: 1
-defaults:
-  pythons: ["3.11"]
-  accelerators: [tpu, cpu]
-  latest_python: "3.11"
-releases:
-  "2.6.0":
-    torch: "2.6.0"
-    pytorch_git_rev: v2.6.0
-    xla_git_rev: v2.6.0
-    python_support: ">=3.9,<3.12"
-    default_abi: pre-cxx11
-    abis: [pre-cxx11, cxx11]
-    accelerators: [cpu]
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
-"""
+MATRIX = two_releases(('pythons: ["3.10", "3.11", "3.12"]', 'pythons: ["3.11"]'),
+                      ('    libtpu: "0.0.7.1"\n', '    accelerators: [cpu]\n'))
 # r2.6.0_3.11_cpu (default index), r2.6.0_3.11_cpu_cxx11 (wheelhouse source), r2.9.0_3.11_tpuvm, r2.9.0_3.11_cpu
 WHEELHOUSE_TAG = "r2.6.0_3.11_cpu_cxx11"
 

@@ -79,7 +79,7 @@ def _member_is_elf(wheel: Path, archive: zipfile.ZipFile, member: zipfile.ZipInf
 
 
 def _read_member(wheel: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> ElfDynamic:
-    """Decompress one member (to memory, or a temp file when big) and read it: pyelftools must seek."""
+    """Decompress one member (to memory, or a temp file when big) and read it: the ELF reader (elf.py) seeks."""
     _check_member_size(wheel, member)
     with _member_errors(wheel, member):
         if member.file_size <= IN_MEMORY_LIMIT:

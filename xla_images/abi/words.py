@@ -1,7 +1,7 @@
 """The words of the ABI tooling: ABI names, verdicts, the rules its errors name, and where images keep python.
 
 The ABI names ("cxx11", "pre-cxx11") are the values of `xla_images.model.flavour.Abi` and SITE_PACKAGES_GLOBS
-starts with `names.VENV`: this package runs standalone (stdlib + pyelftools + xla_images.errors), so it keeps its
+starts with `names.VENV`: this package runs standalone (the standard library + xla_images.errors), so it keeps its
 own copies; tests/unit/test_architecture.py holds them equal.
 """
 from __future__ import annotations

@@ -43,6 +43,7 @@ COMMANDS = (
     ("lifecycle", "prune"),
     ("abi", "abi"),
     ("ci", "ci"),
+    ("explain", "explain"),
 )
 
 

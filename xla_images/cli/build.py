@@ -87,9 +87,6 @@ class _PlainReporter:
     def state(self, flavour: Target, text: str) -> None:
         self._say(f"[{flavour.tag}] {text}")
 
-    def line(self, flavour: Target, text: str) -> None:
-        pass
-
     def finished(self, result: building.FlavourResult) -> None:
         self._say(f"[{result.flavour.tag}] {_result_text(result)}")
         if result.outcome is building.Outcome.FAILED:
@@ -124,9 +121,6 @@ class _LiveReporter:
 
     def state(self, flavour: Target, text: str) -> None:
         self.progress.update(self._task(flavour), description=_shorten(text, 90))
-
-    def line(self, flavour: Target, text: str) -> None:
-        pass
 
     def finished(self, result: building.FlavourResult) -> None:
         task = self._task(result.flavour)

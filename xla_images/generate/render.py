@@ -28,9 +28,6 @@ TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
 # The parameters of one wheel build (wheel-builds/<build>.env), read by the static wheel-builds/build-wheels.sh.
 WHEEL_BUILD_TEMPLATE = "wheel-build.env.j2"
 RENDER_COMMAND = "./build.py render"
-# build-wheels.sh checks its wheels with the xla_images/abi package, which needs pyelftools (the version pyproject
-# pins); its parameter files name it.
-PYELFTOOLS_PIN = "pyelftools==0.33"
 
 
 # --- rendering ----------------------------------------------------------------------------------------------
@@ -72,7 +69,6 @@ def wheel_build_context(build: WheelBuild, flavours: list[str]) -> dict[str, Any
         "xla_git_rev": build.xla_git_rev,
         "torch_wheel_version": build.torch + build.local_version,
         "torch_xla_wheel_version": build.torch_xla + build.local_version,
-        "pyelftools_pin": PYELFTOOLS_PIN,
         "builder_base_image": default_base_image(build.python),
     }
 

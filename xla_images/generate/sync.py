@@ -2,10 +2,10 @@
 
 Every file xla-images generates goes through here, whichever command made it:
 
-* rendered and committed (`expected_files`): Dockerfiles/<tag>/Dockerfile, wheel-builds/<build>.env and the CI
-  files (ci/github/*.yml, docker-bake.json). `write` writes those that differ and removes orphans; `check`
-  reports each as missing, stale or orphan. `ci github|bake [--check]` use the same `write_files`/`drift` on
-  their part of the set.
+* rendered and committed (`expected_files`): Dockerfiles/<tag>/Dockerfile, wheel-builds/<build>.env, the CI
+  files (ci/github/*.yml, docker-bake.json), schemas/*.schema.json and docs/rules.md. `write` writes those
+  that differ and removes orphans; `check` reports each as missing, stale or orphan. `ci github|bake
+  [--check]` use the same `write_files`/`drift` on their part of the set.
 * resolved, not rendered: Dockerfiles/<tag>/requirements.lock. `lock` (run.wheels) writes it with
   `write_if_changed`; its freshness is its `# inputs:` header against what the plan asks now (`lock_status`),
   so `check` needs no network.
@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..model import lockfile
 from ..model.target import Target
 from ..names import DOCKERFILES, GENERATED_MARK, LOCK_NAME, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
-from . import cigen, lock_policy, render
+from . import cigen, lock_policy, render, rulesdoc, schemas
 from .plan import Plan
 from .render import RENDER_COMMAND
 
@@ -69,7 +69,8 @@ class WriteResult:
 # --- the set of generated files ---------------------------------------------------------------------------
 
 def expected_files(plan: Plan) -> dict[Path, str]:
-    """Every file `render` owns, by path relative to the repository root: flavour, wheel-build and CI files."""
+    """Every file `render` owns, by path relative to the repository root: flavour, wheel-build and CI files,
+    the JSON Schemas of matrix.yaml and site.yaml, and (in a checkout with docs/) the rules page."""
     files: dict[Path, str] = {}
     for flavour in plan.flavours:
         directory = plan.flavour_dir(flavour).relative_to(plan.root)
@@ -77,6 +78,8 @@ def expected_files(plan: Plan) -> dict[Path, str]:
             files[directory / name] = text
     files.update({Path(path): text for path, text in render.render_wheel_builds(plan.flavours).items()})
     files.update(cigen.generated_files(plan))
+    files.update(schemas.generated_files())
+    files.update(rulesdoc.generated_files(plan.root))
     return files
 
 

@@ -102,7 +102,7 @@ class Registry:
     @property
     def base_url(self) -> str:
         # Docker itself speaks plain http to loopback registries and https to every other one.
-        return f"{'http' if _is_loopback(self.host) else 'https'}://{self.host}"
+        return f"{'http' if is_loopback(self.host) else 'https'}://{self.host}"
 
     def __str__(self) -> str:
         return self.name
@@ -139,7 +139,9 @@ class Mirror:
         return self.name
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """`127.0.0.1:5000`, `localhost`, `[::1]:5000` (any 127.x too): where the engine speaks plain http without
+    configuration. The one place this is decided: base_url, the registry client's TLS and hints, prune."""
     name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
     if name == "localhost":
         return True

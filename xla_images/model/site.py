@@ -397,7 +397,7 @@ def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesEr
     if not isinstance(name, str) or not name:
         errors.append(ConfigError("a wheel source needs a `name`", location=loc, rule="site-wheel-sources"))
         return None
-    match = entry.get("match") or {}
+    match = {} if entry.get("match") is None else entry["match"]  # null: every release; 0, "" or [] are no match
     if not isinstance(match, dict) or set(match) - MATCH_KEYS:
         errors.append(ConfigError("`match` takes torch_xla (a specifier), abi and channel", location=loc,
                                   rule="site-wheel-sources"))

@@ -103,8 +103,6 @@ class Reporter(Protocol):
 
     def state(self, flavour: Target, text: str) -> None: ...
 
-    def line(self, flavour: Target, text: str) -> None: ...
-
     def finished(self, result: FlavourResult) -> None: ...
 
     def notice(self, text: str) -> None: ...
@@ -190,7 +188,6 @@ class _Run:
     active: dict[str, engine.classic.StreamingBuild | engine.buildkit.BuildKitBuild] = field(default_factory=dict)
     traces: list[engine.builds.BuildTrace] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    removed: list[str] = field(default_factory=list)
     base_stage_locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     base_stages_built: set[tuple[str, str]] = field(default_factory=set)
     buildkit: bool = True
@@ -260,8 +257,7 @@ class _Run:
         log_path = self._log_path(flavour)
         with diskio.LogFile(log_path, "the build log") as log:  # a full disk: a Failure naming the log
             def say(text: str) -> None:
-                log.write(text + "\n")
-                self.reporter.line(flavour, text)
+                log.write(text + "\n")  # the whole output goes to the log; the reporter shows the steps
 
             try:
                 result.image_id = self._build_and_tag(flavour, result, say)
@@ -369,9 +365,9 @@ class _Run:
         keep = {result.image_id for result in self.results.values()
                 if result.outcome in (Outcome.BUILT, Outcome.SKIPPED) and result.image_id}
         try:
-            self.removed = engine.builds.remove_build_leftovers(self.traces, keep)
+            engine.builds.remove_build_leftovers(self.traces, keep)
         except KeyboardInterrupt:
-            self.removed = engine.builds.remove_build_leftovers(self.traces, keep)  # impatient twice: finish anyway
+            engine.builds.remove_build_leftovers(self.traces, keep)  # impatient twice: finish anyway
 
     def _log_path(self, flavour: Target) -> Path:
         reports = self.options.reports_dir or self.plan.root / REPORTS

@@ -30,7 +30,7 @@ import yaml
 
 from .. import resources, userfiles
 from ..errors import ConfigError, Failure, Location
-from ..model.registry import Registry
+from ..model.registry import Registry, is_loopback
 from ..names import DEFAULT_STATE, REGISTRY_CONFIG, REGISTRY_PID_FILE, REGISTRY_STATE_DIR, STATE_ENV
 from .publish import read_published
 from .registry import RegistryClient
@@ -199,7 +199,7 @@ class LocalRegistry:
 def local_registry(registry: Registry, state: Path | None = None) -> LocalRegistry | None:
     """Ours when it is on loopback and ci/registry.sh started it: its config and a live pid file exist."""
     host, _, port = registry.host.rpartition(":")
-    if host not in ("127.0.0.1", "localhost") or not port.isdigit():
+    if not is_loopback(registry.host) or not port.isdigit():
         return None
     state = state or Path(os.environ.get(STATE_ENV, DEFAULT_STATE))
     directory = state / REGISTRY_STATE_DIR / port

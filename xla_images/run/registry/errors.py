@@ -12,7 +12,7 @@ import ssl
 import requests
 
 from ...errors import Failure
-from ...model.registry import Registry
+from ...model.registry import is_loopback
 
 SUITE_REGISTRY_HINT = "start the suite registry with `ci/registry.sh start`"
 CERTS_D_DEFAULT = "/etc/docker/certs.d"
@@ -20,12 +20,6 @@ CERTS_D_DEFAULT = "/etc/docker/certs.d"
 
 class RegistryDown(Exception):
     """Connection refused, reset or timed out: worth retrying, then a Failure naming the registry."""
-
-
-def is_loopback(host: str) -> bool:
-    """`127.0.0.1:5000`, `localhost`, `[::1]:5000`: where the engine speaks plain http without configuration.
-    The rule is model.registry's (its base_url), asked here rather than written twice."""
-    return Registry(host, "_").base_url.startswith("http://")
 
 
 def unreachable_hint(host: str) -> str:
