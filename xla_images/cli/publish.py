@@ -33,8 +33,9 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     \b
     The canonical tag is pushed and verified first; aliases follow only then, so no alias ever names a
     manifest the registry lacks. Verified flavours are merged into published.json as they complete.
-    Credentials as docker finds them: XLA_IMAGES_REGISTRY_USER/_PASSWORD, else the docker config's
-    credHelpers, credsStore or auths (never printed). TLS: the system store plus /etc/docker/certs.d.
+    Credentials as docker finds them: XLA_IMAGES_REGISTRY_USER/_PASSWORD (for XLA_IMAGES_REGISTRY's host, else
+    the registry pushed to), else the docker config's credHelpers, credsStore or auths (never printed). TLS:
+    the system store plus /etc/docker/certs.d.
 
     \b
     Examples:

@@ -5,6 +5,9 @@ again with the user and password. `Bearer realm="URL",service="...",scope="..."`
 realm (GET with service and scopes, basic-authenticated with the user and password, or anonymous; a POST
 `grant_type=refresh_token` with an identity token), cached per scope set until `expires_in` runs out, and
 sent as `Authorization: Bearer`. A registry token from the docker config is sent as it is.
+
+Only the registry's own challenges reach this class (policy.py, rule 2: the client refuses one from a host it was
+redirected to), so the realm that gets the credentials is always one the registry named, as with docker.
 """
 from __future__ import annotations
 
