@@ -14,6 +14,8 @@ import base64
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,8 +26,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from xla_images.errors import ConfigError, Failure
+from xla_images.generate.plan import load_plan
 from xla_images.model.registry import Mirror, Registry
-from xla_images.run import promote
+from xla_images.run import promote, publish
 from xla_images.run import registry as registries
 from xla_images.run.registry import RetryPolicy, credentials as creds, policy
 from xla_images.run.registry.upload import upload_bytes
@@ -39,6 +42,7 @@ BASIC = base64.b64encode(f"{USER}:{SECRET}".encode()).decode()
 SECRETS = (SECRET, IDENTITY, REGISTRY_TOKEN, ISSUED, BASIC)
 BLOB = b"layer bytes"
 DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()
+ROOT = Path(__file__).resolve().parents[2]
 NO_WAIT = RetryPolicy(attempts=1, first_wait=0.0, max_wait=0.0)
 SOURCES = ("environment", "credHelpers", "credsStore", "auths", "identitytoken", "registrytoken")
 Answer = tuple[int, dict[str, str], bytes]
@@ -352,6 +356,29 @@ def test_environment_credentials_go_only_to_the_registry_they_were_given_for(
         stranger.check_reachable()
     assert caught.value.rule == "registry-auth"
     assert ours.authorizations() == [f"Basic {BASIC}"] and elsewhere.leaks() == []
+
+
+def test_resolve_offers_no_environment_credential_to_the_host_a_published_json_names(
+        hosts: Callable[..., Host], tmp_path: Path) -> None:
+    """The CLI end to end: the site's registry is another host, so the published.json's host gets the
+    environment's credentials only once XLA_IMAGES_REGISTRY names it."""
+    elsewhere = hosts("127.0.0.2", basic_registry)
+    flavour = load_plan(ROOT / "matrix.yaml").flavours[0]
+    path = tmp_path / "published.json"
+    publish.record_published(path, [publish.Published(flavour.tag, flavour.tags, f"{elsewhere.host}/xla-images",
+                                                      DIGEST, {}, flavour.to_json(), "now")])
+    env = {key: value for key, value in os.environ.items() if not key.startswith("XLA_IMAGES_REGISTRY")}
+    env.update({creds.USER_ENV: USER, creds.PASSWORD_ENV: SECRET, "DOCKER_CONFIG": str(tmp_path / "none")})
+    command = [sys.executable, str(ROOT / "build.py"), "resolve", "--published", str(path),
+               "--matrix", str(ROOT / "matrix.yaml"), "--set", "registry=127.0.0.1:1/site"]
+    for bound in (False, True):
+        if bound:
+            env[policy.ENVIRONMENT_REGISTRY] = f"{elsewhere.host}/xla-images"
+        elsewhere.seen.clear()
+        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in result.stderr and SECRET not in result.stdout + result.stderr
+        assert elsewhere.seen, result.stderr  # it was asked (the re-verification)
+        assert set(elsewhere.leaks()) == ({BASIC} if bound else set()), bound
 
 
 def test_xla_images_registry_must_name_a_registry(monkeypatch: pytest.MonkeyPatch) -> None:
