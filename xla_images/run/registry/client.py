@@ -86,9 +86,7 @@ class RegistryClient:
         self.scopes = (f"repository:{registry.repository}:{actions}", *extra_scopes)
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
-        self.session = session or requests.Session()
-        # Docker's client keeps no cookie jar: a cookie a registry sets is sent nowhere (a jar ignores ports).
-        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self.session = session or _cookieless_session()
         self._trusts: dict[str, Trust] = {}
         self._mount(self.trust)
         self.auth = Authenticator(registry.host, credentials, self._send)
@@ -306,6 +304,13 @@ class RegistryClient:
             response.close()
             raise Failure(f"registry {self.registry.host}: {what} failed with HTTP {response.status_code}",
                           rule="registry-request")
+
+
+def _cookieless_session() -> requests.Session:
+    """Docker's client keeps no cookie jar: a cookie a registry sets is sent nowhere (a jar ignores ports)."""
+    session = requests.Session()
+    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return session
 
 
 def _next_page(link: str) -> str | None:
