@@ -137,6 +137,7 @@ class FakeSession:
     def __init__(self, script: list[Any]) -> None:
         self.script = list(script)
         self.calls: list[tuple[str, str, dict[str, str], Any]] = []
+        self.cookies = requests.cookies.RequestsCookieJar()  # what the client sets its no-cookie policy on
 
     def mount(self, prefix: str, adapter: Any) -> None:
         pass
