@@ -48,6 +48,7 @@ CI = "ci.md#fanning-out-github-actions-and-docker-buildx-bake"
 INSTALL = "install.md#install"
 VERIFIED = "reliability.md#what-is-verified-and-the-deadlines"
 INDEX_READS = "reliability.md#the-package-index-and-update"
+CREDENTIALS = "reliability.md#where-credentials-go"
 
 CATALOGUE: tuple[Rule, ...] = (
     # --- input files, YAML, the disk ---
@@ -193,6 +194,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("push-verified", "the pushed manifest does not match the image", PUBLISH, "push again; if it repeats, the registry rewrites manifests"),
     Rule("push-zstd", "compressing or uploading zstd layers failed", ZSTD, "install zstd (`ci/engine.sh install`), or set compression: {format: gzip}"),
     Rule("registry-digest", "a registry answered content of another digest than the one asked for", VERIFIED, "check the registry (or the proxy before it); never trust its answer"),
+    Rule("registry-redirect", "a redirect led a registry request to another host that asked for credentials", CREDENTIALS, "let the registry redirect to storage that needs no credentials (a signed URL), or push to the storage host's own registry"),
     Rule("registry-slow", "a registry did not answer within its deadline", VERIFIED, "retry later, or check the registry (and any proxy before it)"),
     Rule("registry-too-many-tags", "a repository lists more tags than the toolkit reads", VERIFIED, "prune the repository, or keep nightlies in a repository of their own"),
     Rule("registry-answer", "a registry answered outside the distribution API", REGISTRIES, "check the registry (or the proxy before it)"),

@@ -413,3 +413,97 @@ class Client:
         assert "Traceback" not in result.stderr, result.stderr
         assert result.returncode == expect, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
         return result
+
+
+# --- a front that redirects blob reads to another host ---------------------------------------------------------
+
+class RedirectingFront:
+    """A plain-http front on 127.0.0.1 for a real TLS registry (the registry the toolkit is told to use): every
+    request goes through to the registry as it came, Authorization and all, except a blob GET, answered with a
+    307 to `storage` — another host, as a registry whose storage serves blobs behind signed URLs does."""
+
+    def __init__(self, upstream: str, ca: Path, storage: "RecordingStorage") -> None:
+        self.seen_authorization = 0
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = str(ca)
+        front = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                if self.headers.get("Authorization"):
+                    front.seen_authorization += 1
+                path = urlsplit(self.path).path
+                if self.command == "GET" and "/blobs/sha256:" in path:
+                    digest = path.rsplit("/", 1)[1]
+                    return self._reply(307, {"Location": f"{storage.url}/blobs/{digest}?signature=public"}, b"")
+                length = int(self.headers.get("Content-Length") or 0)
+                headers = {key: value for key, value in self.headers.items()
+                           if key.lower() not in ("host", "content-length", "connection")}
+                answer = session.request(self.command, f"https://{upstream}{self.path}", headers=headers,
+                                         data=self.rfile.read(length) if length else None, timeout=30,
+                                         allow_redirects=False)
+                passed = {key: value for key, value in answer.headers.items()
+                          if key.lower() in ("www-authenticate", "docker-content-digest", "content-type",
+                                             "location", "docker-distribution-api-version")}
+                self._reply(answer.status_code, passed, answer.content)
+
+            def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class RecordingStorage:
+    """Blob storage on 127.0.0.2 (another host): serves any blob of `repository` to anyone, fetching it from the
+    registry with the test's own reader, and records every header it was sent; or, with `challenge_realm`, asks
+    for credentials of its own."""
+
+    def __init__(self, reader: requests.Session, base: str, repository: str, address: str = "127.0.0.2") -> None:
+        self.headers: list[dict[str, str]] = []
+        self.challenge_realm: str | None = None  # set: answer 401 with a Bearer challenge naming this realm
+        storage = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                storage.headers.append(dict(self.headers.items()))
+                if storage.challenge_realm:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", f'Bearer realm="{storage.challenge_realm}",service="s"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                digest = urlsplit(self.path).path.rsplit("/", 1)[1]
+                blob = reader.get(f"{base}/v2/{repository}/blobs/{digest}", timeout=30)
+                self.send_response(blob.status_code)
+                self.send_header("Content-Length", str(len(blob.content)))
+                self.end_headers()
+                self.wfile.write(blob.content)
+
+        self.httpd = ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -335,3 +335,67 @@ def test_a_client_certificate_registry_promote_resolve_prune(pki: support.Pki, s
         assert_no_secret(client, project.root)
     finally:
         engine.images.remove_image(names.local_ref(project.flavour.tag), force=True)
+
+
+# --- where credentials go: a read redirected to another host ---------------------------------------------------
+
+def put_image(session: requests.Session, base: str, repository: str, tags: tuple[str, ...]) -> str:
+    """A config and one layer uploaded as they are, then one manifest under every tag; its digest."""
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"io.xla-images.test": "1"}},
+                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    layer = os.urandom(64 << 10)
+    descriptors = []
+    for data, media_type in ((config, "application/vnd.docker.container.image.v1+json"),
+                             (layer, "application/vnd.docker.image.rootfs.diff.tar.gzip")):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        location = session.post(f"{base}/v2/{repository}/blobs/uploads/", timeout=10).headers["Location"]
+        location = location if location.startswith("https://") else base + location
+        done = session.put(location, params={"digest": digest}, data=data, timeout=10,
+                           headers={"Content-Type": "application/octet-stream"})
+        assert done.status_code == 201, done.text
+        descriptors.append({"mediaType": media_type, "size": len(data), "digest": digest})
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                           "config": descriptors[0], "layers": descriptors[1:]}).encode()
+    for tag in tags:
+        put = session.put(f"{base}/v2/{repository}/manifests/{tag}", data=manifest, timeout=10,
+                          headers={"Content-Type": "application/vnd.docker.distribution.manifest.v2+json"})
+        assert put.status_code == 201, put.text
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+def test_promote_reads_blobs_redirected_to_another_host_without_sending_it_a_credential(
+        pki: support.Pki, staging: support.TlsRegistry, production: support.TlsRegistry, tmp_path: Path) -> None:
+    """The real htpasswd registry behind a front that redirects blob reads to a storage host of its own
+    (127.0.0.2). While the storage asks for credentials of its own (a Bearer challenge naming a realm on
+    127.0.0.3), promote stops with `registry-redirect` and that realm is never asked; once it serves anyone,
+    promote to the real token-auth registry completes. The storage host and the realm were sent no
+    Authorization and no secret — while the front (the registry the toolkit was told of) got the credentials."""
+    project = make_project(tmp_path / "project")
+    repository = "redirected"
+    reader = stage_session(staging, pki)
+    digest = put_image(reader, f"https://{staging.host}", repository, project.flavour.tags)
+    storage = support.RecordingStorage(reader, f"https://{staging.host}", repository)
+    foreign_realm = support.RecordingStorage(reader, f"https://{staging.host}", repository, address="127.0.0.3")
+    front = support.RedirectingFront(staging.host, pki.ca, storage)
+    try:
+        client = support.Client(project, tmp_path, pki, "certs.d")
+        client.login("auths", front.host, STAGE_USER, STAGE_PASSWORD)
+        client.login("credHelpers", production.host, PROD_USER, PROD_PASSWORD)
+        target = f"{production.host}/from-redirects"
+        arguments = ("promote", project.flavour.tag, "--from", f"{front.host}/{repository}", "--to", target)
+        storage.challenge_realm = f"{foreign_realm.url}/token"
+        refused = client(*arguments, expect=1)
+        assert "[registry-redirect]" in refused.stderr and storage.url.removeprefix("http://") in refused.stderr
+        assert storage.headers and foreign_realm.headers == []
+        storage.challenge_realm = None
+        promoted = client(*arguments)
+        assert f"{target}@{digest}" in promoted.stdout
+        assert len(storage.headers) >= 3  # the refused read, then the config and the layer
+        assert all("Authorization" not in headers for headers in storage.headers + foreign_realm.headers)
+        assert not any(secret in json.dumps(storage.headers) for secret in SECRETS)
+        assert front.seen_authorization > 0  # the credentials were in play: the registry itself got them
+        assert_no_secret(client, project.root)
+    finally:
+        front.stop()
+        storage.stop()
+        foreign_realm.stop()

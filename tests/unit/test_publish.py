@@ -57,7 +57,7 @@ def test_loopback_registries_speak_http_others_https() -> None:
 
 def test_credentials_from_environment_win() -> None:
     env = {publish.USER_ENV: "ci", publish.PASSWORD_ENV: SECRET}
-    credentials = publish.load_credentials("h:1", env, docker_config=Path("/nonexistent"))
+    credentials = publish.load_credentials("h:1", env, docker_config=Path("/nonexistent"), named=("h:1",))
     assert credentials is not None and (credentials.username, credentials.password) == ("ci", SECRET)
 
 
@@ -138,6 +138,7 @@ class FakeSession:
     def __init__(self, script: list[Any]) -> None:
         self.script = list(script)
         self.calls: list[tuple[str, str, dict[str, str], Any]] = []
+        self.cookies = requests.cookies.RequestsCookieJar()  # what the client sets its no-cookie policy on
 
     def mount(self, prefix: str, adapter: Any) -> None:
         pass

@@ -45,7 +45,7 @@ def test_docker_order_env_then_credhelpers_then_credsstore_then_auths(tmp_path: 
     full = {"credHelpers": {HOST: "per-host"}, "credsStore": "store", "auths": {HOST: {"auth": pair}}}
     env = env_for(tmp_path)
     found = creds.load_credentials(HOST, {**env, creds.USER_ENV: "ci", creds.PASSWORD_ENV: SECRET},
-                                   config(tmp_path, full))
+                                   config(tmp_path, full), named=(HOST,))
     assert found is not None and found.username == "ci" and found.from_environment
     found = creds.load_credentials(HOST, env, config(tmp_path, full))
     assert found is not None and found.username == "from-helper" and "docker-credential-per-host" in found.source

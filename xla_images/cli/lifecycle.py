@@ -40,9 +40,10 @@ def promote(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], 
     flavours = select(plan, names, filters)
     source_registry = Registry.parse(source_text, where="--from")
     destination_registry = Registry.parse(destination_text, where="--to")
-    source = registries.connect(source_registry)
+    named = (source_registry.host, destination_registry.host)  # the environment's credentials may go to either
+    source = registries.connect(source_registry, named=named)
     same_host = source_registry.host == destination_registry.host  # a cross-repository mount reads the source
-    destination = registries.connect(destination_registry, registries.WRITE,
+    destination = registries.connect(destination_registry, registries.WRITE, named=named,
                                      also_read=source_registry if same_host else None)
     path = published_path or plan.root / PUBLISHED_NAME
     with registries.redacting(source.credentials, destination.credentials):
@@ -84,7 +85,7 @@ def prune(plan: Plan, registry_text: str | None, keep: int, older_than: int, dry
     """
     registry = Registry.parse(registry_text or plan.site.registry,
                               where="--registry" if registry_text else "site registry")
-    client = registries.connect(registry, registries.DELETE)
+    client = registries.connect(registry, registries.DELETE, named=(registry.host,))
     protected = pruning.protected_digests(published_path or plan.root / PUBLISHED_NAME, protect_files)
     with registries.redacting(client.credentials):
         report = pruning.prune(client, keep=keep, older_than_days=older_than, protected=protected,

@@ -33,8 +33,9 @@ def push(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], reg
     \b
     The canonical tag is pushed and verified first; aliases follow only then, so no alias ever names a
     manifest the registry lacks. Verified flavours are merged into published.json as they complete.
-    Credentials as docker finds them: XLA_IMAGES_REGISTRY_USER/_PASSWORD, else the docker config's
-    credHelpers, credsStore or auths (never printed). TLS: the system store plus /etc/docker/certs.d.
+    Credentials as docker finds them: XLA_IMAGES_REGISTRY_USER/_PASSWORD (for XLA_IMAGES_REGISTRY's host, else
+    the registry pushed to), else the docker config's credHelpers, credsStore or auths (never printed). TLS:
+    the system store plus /etc/docker/certs.d.
 
     \b
     Examples:
@@ -68,18 +69,21 @@ def _resolve_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 published_path: Path | None, verify: bool, key_text: str | None, mirror_text: str | None,
                 **kwargs: Any) -> Any:
         mirror = mirroring.choose(mirror_text, plan.site.pull_mirror)  # a bad value fails before any request
-        resolved = _resolve(plan, filters, registry_text, published_path)
+        # The registries this command names: the environment's credentials go to no other (unless
+        # XLA_IMAGES_REGISTRY names one), whatever host published.json records.
+        named = registries.named_hosts(plan.site.registry, registry_text)
+        resolved = _resolve(plan, filters, registry_text, published_path, named)
         if verify or key_text:
             # Before anything is printed or pulled: an unverified ref must never reach a build. The signature is
             # checked at the registry the digest was resolved from, never at a mirror.
-            signing.verify_ref(resolved.ref, key_text, plan.site.cosign_public_key(), say)
-        return command(*args, resolved=resolved, mirror=mirror, **kwargs)
+            signing.verify_ref(resolved.ref, key_text, plan.site.cosign_public_key(), say, named=named)
+        return command(*args, resolved=resolved, mirror=mirror, named=named, **kwargs)
 
     return wrapper
 
 
 def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | None,
-             published_path: Path | None) -> resolving.Resolved:
+             published_path: Path | None, named: tuple[str, ...]) -> resolving.Resolved:
     if registry_text and published_path:
         raise ConfigError("--published and --registry exclude each other", rule="resolve-source",
                           hint="published.json already names its registry; pass one of them")
@@ -92,15 +96,16 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
         if not os.path.lexists(published_path):  # anything else that is not a readable file: read_published says
             raise ConfigError("file not found", location=str(published_path), rule="resolve-source",
                               hint="push first, or resolve from a registry with --registry HOST[:PORT]/REPO")
-        return resolving.resolve_published(published_path, filters, registries.connect, say)
+        return resolving.resolve_published(published_path, filters,
+                                           functools.partial(registries.connect, named=named), say)
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
-    return resolving.resolve_registry(list(plan.flavours), registries.connect(registry), filters)
+    return resolving.resolve_registry(list(plan.flavours), registries.connect(registry, named=named), filters)
 
 
 @click.command("resolve")
 @_resolve_options
-def resolve(resolved: resolving.Resolved, mirror: Mirror | None) -> None:
+def resolve(resolved: resolving.Resolved, mirror: Mirror | None, named: tuple[str, ...]) -> None:
     """Print the one `HOST/REPO@sha256:...` that matches the filters.
 
     \b
@@ -125,7 +130,7 @@ def resolve(resolved: resolving.Resolved, mirror: Mirror | None) -> None:
 
 @click.command("pull")
 @_resolve_options
-def pull(resolved: resolving.Resolved, mirror: Mirror | None) -> None:
+def pull(resolved: resolving.Resolved, mirror: Mirror | None, named: tuple[str, ...]) -> None:
     """Resolve like `resolve`, then pull that image by digest; prints the ref (the image id goes to stderr).
 
     \b
@@ -139,7 +144,7 @@ def pull(resolved: resolving.Resolved, mirror: Mirror | None) -> None:
         click.echo(pulled.local_ref)
         return
     registry = resolving.registry_of(resolved.ref)
-    credentials = registries.load_credentials(registry.host)
+    credentials = registries.load_credentials(registry.host, named=named)
     with registries.redacting(credentials):
         auth = credentials.auth_config(registry.host) if credentials else None
         image_id = engine.transfer.pull_image(resolved.ref, auth, say)

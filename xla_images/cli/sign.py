@@ -8,7 +8,7 @@ import click
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
-from ..run import publish, sbom as sboms, sign as signing
+from ..run import publish, registry as registries, sbom as sboms, sign as signing
 from .common import flavour_filters, plan_options, published_option, reports_option, say, select
 
 
@@ -59,17 +59,18 @@ def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key
     """
     key = signing.Key.parse(key_text, private=True, where="--key")
     entries = _entries(plan, names, filters, published_path)
+    named = registries.named_hosts(plan.site.registry)  # the environment's credentials go to no other host
     root = reports_dir or plan.root / REPORTS
 
     def sbom_for(entry: publish.Published) -> Path:
-        image = signing.pushed_image(entry)
+        image = signing.pushed_image(entry, named)
         registry, _, digest = entry.ref.partition("@")
         subject = sboms.Subject(name=registry, image_id=str(sboms.local_subject(image).image_id), tag=entry.tag,
                                 digest=digest)
         return sboms.write(sboms.image_sbom(plan, sboms.flavour_of(plan, entry.tag), image, subject, say),
                            root / entry.tag / sboms.SBOM_NAME)
 
-    done = signing.sign_published(entries, key, sbom_for=sbom_for if with_sbom else None, say=say)
+    done = signing.sign_published(entries, key, sbom_for=sbom_for if with_sbom else None, say=say, named=named)
     for item in done:
         click.echo(f"{item.tag}\t{item.ref}\tsigned{'' if item.sbom is None else ' + sbom attested'}")
 
@@ -100,7 +101,8 @@ def verify(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], k
                           hint="pass --key cosign.pub, or set cosign_public_key in site.yaml")
     key = signing.Key.parse(chosen, private=False, where="--key" if key_text else "site cosign_public_key")
     entries = _entries(plan, names, filters, published_path)
-    verified, refused = signing.verify_published(entries, key, with_sbom=with_sbom, sbom_dir=sbom_dir, say=say)
+    verified, refused = signing.verify_published(entries, key, with_sbom=with_sbom, sbom_dir=sbom_dir, say=say,
+                                                 named=registries.named_hosts(plan.site.registry))
     for item in verified:
         sbom_text = "" if item.sbom_components is None else f"\tsbom ok ({item.sbom_components} components)"
         click.echo(f"{item.tag}\t{item.ref}\tsignature ok{sbom_text}")

@@ -320,7 +320,7 @@ def push_all(flavours: list[Target], registry: Registry, published_path: Path, *
     for flavour in flavours:
         _built_labels(flavour, local_ref(flavour.tag))
         nightly_check.verify_image(flavour, local_ref(flavour.tag))  # a stale nightly is refused before any push
-    client = registries.connect(registry, registries.WRITE, retry=retry)
+    client = registries.connect(registry, registries.WRITE, named=(registry.host,), retry=retry)
     done = []
     for flavour in flavours:
         entry = push_flavour(flavour, registry, client, client.credentials, progress, transfers, compression)

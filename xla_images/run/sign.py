@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .. import diskio, userfiles
 from ..errors import ConfigError, Failure, Location
@@ -263,7 +263,8 @@ def _statements(stdout: str) -> Iterator[dict[str, Any]]:
             yield statement
 
 
-def verify_ref(ref: str, key_text: str | None, site_key: str | None, say: Any = None) -> None:
+def verify_ref(ref: str, key_text: str | None, site_key: str | None, say: Any = None, *,
+               named: Iterable[str] = ()) -> None:
     """What `resolve --verify` / `pull --verify` do: the key from --key or the site, then `verify`."""
     chosen = key_text or site_key
     if not chosen:
@@ -271,7 +272,7 @@ def verify_ref(ref: str, key_text: str | None, site_key: str | None, say: Any = 
                           hint="pass --key cosign.pub, or set cosign_public_key in site.yaml")
     key = Key.parse(chosen, private=False, where="--key" if key_text else "site cosign_public_key")
     registry, _ = _digest_ref(ref)
-    verify(ref, key, load_credentials(registry.host))
+    verify(ref, key, load_credentials(registry.host, named=named))
     if say is not None:
         say(f"verified: {ref} is signed by {key.text}")
 
@@ -289,7 +290,7 @@ class Signed:
 
 
 def sign_published(entries: list[Published], key: Key, *, sbom_for: Callable[[Published], Path] | None,
-                   say: Say) -> list[Signed]:
+                   say: Say, named: Iterable[str] = ()) -> list[Signed]:
     """Sign each published digest and, with `sbom_for`, attest the SBOM it writes for that digest.
 
     The digest is re-checked in the registry first: signing a digest the registry no longer holds would
@@ -298,7 +299,7 @@ def sign_published(entries: list[Published], key: Key, *, sbom_for: Callable[[Pu
     done = []
     for entry in entries:
         registry, digest = _digest_ref(entry.ref)
-        client = registries.connect(registry)
+        client = registries.connect(registry, named=named)
         credentials = client.credentials
         with redacting(credentials):
             if client.manifest_digest(digest) is None:
@@ -315,10 +316,10 @@ def sign_published(entries: list[Published], key: Key, *, sbom_for: Callable[[Pu
     return done
 
 
-def pushed_image(entry: Published) -> str:
+def pushed_image(entry: Published, named: Iterable[str] = ()) -> str:
     """A local image that is exactly the pushed one (same config or manifest digest), to read an SBOM from."""
     registry, digest = _digest_ref(entry.ref)
-    client = registries.connect(registry)
+    client = registries.connect(registry, named=named)
     with redacting(client.credentials):
         manifest = client.manifest(digest)
     wanted = {digest, str((manifest.get("config") or {}).get("digest"))}
@@ -339,12 +340,12 @@ class Verified:
 
 
 def verify_published(entries: list[Published], key: Key, *, with_sbom: bool, sbom_dir: Path | None,
-                     say: Say) -> tuple[list[Verified], list[str]]:
+                     say: Say, named: Iterable[str] = ()) -> tuple[list[Verified], list[str]]:
     """Verify signature (and SBOM attestation) of each entry; return the verified ones and the refusals."""
     verified, refused = [], []
     for entry in entries:
         registry, digest = _digest_ref(entry.ref)
-        credentials = load_credentials(registry.host)
+        credentials = load_credentials(registry.host, named=named)
         try:
             verify(entry.ref, key, credentials)
             count = None

@@ -5,6 +5,9 @@ again with the user and password. `Bearer realm="URL",service="...",scope="..."`
 realm (GET with service and scopes, basic-authenticated with the user and password, or anonymous; a POST
 `grant_type=refresh_token` with an identity token), cached per scope set until `expires_in` runs out, and
 sent as `Authorization: Bearer`. A registry token from the docker config is sent as it is.
+
+Only the registry's own challenges reach this class (policy.py, rule 2: the client refuses one from a host it was
+redirected to), so the realm that gets the credentials is always one the registry named, as with docker.
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ from .credentials import Credentials
 
 CLIENT_ID = "xla-images"
 DEFAULT_EXPIRY = 60  # seconds, what the spec says a token without `expires_in` lives
+# A token is kept at most a day whatever `expires_in` says (a huge one overflowed the clock arithmetic); a
+# registry that revokes it sooner answers 401 and a fresh one is fetched.
+MAX_EXPIRY = 24 * 3600
 _PARAM = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]+))')
 Send = Callable[..., requests.Response]
 
@@ -119,7 +125,7 @@ class Authenticator:
         if not isinstance(lifetime, int) or isinstance(lifetime, bool) or lifetime <= 0:
             lifetime = DEFAULT_EXPIRY
         # Renew a little early: a token that runs out between the check and the request costs a 401 round.
-        return _Token(value, time.monotonic() + max(lifetime - 5, 1))
+        return _Token(value, time.monotonic() + max(min(lifetime, MAX_EXPIRY) - 5, 1))
 
 
 def auth_refused(host: str, credentials: Credentials | None, what: str) -> Failure:

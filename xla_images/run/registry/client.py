@@ -10,6 +10,7 @@ equal to the ones asked for), and every exchange ends: the public reads run unde
 """
 from __future__ import annotations
 
+import http.cookiejar
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -21,7 +22,7 @@ import tenacity
 from ...errors import Failure
 from .. import netread
 from ...model.registry import Registry
-from . import answers
+from . import answers, policy
 from .auth import Authenticator, auth_refused
 from .credentials import Credentials
 from .errors import RegistryDown, classify, unreachable_hint
@@ -92,7 +93,7 @@ class RegistryClient:
         self.retry = retry or RetryPolicy()
         self.timeout = timeout  # per socket read; `deadline` bounds each whole exchange
         self.deadline = deadline
-        self.session = session or requests.Session()
+        self.session = session or _cookieless_session()
         self._trusts: dict[str, Trust] = {}
         self.session.mount("http://", netread.DeadlineAdapter())  # https hosts get a _TrustAdapter (_mount)
         self._mount(self.trust)
@@ -285,30 +286,62 @@ class RegistryClient:
 
     def _send_authenticated(self, method: str, path: str, headers: dict[str, str],
                             body: dict[str, Any]) -> requests.Response:
+        url = self._url(path)
+        if not policy.same_origin(url, self.base_url):
+            # An upload Location on another host: no credential goes there and its challenge is not answered.
+            response = self._send(method, url, headers, None, body)
+            if response.status_code == 401:
+                response.close()
+                raise policy.refuse_foreign_challenge(self.registry.host, url, f"put the upload ({method}) on")
+            return response
         first = self.auth.header(self.scopes)
         if first:
             headers["Authorization"] = first
-        response = self._send(method, path, headers, None, body)
+        response = self._send(method, url, headers, None, body)
         if response.status_code != 401:
             return response
+        # A 401 from the registry itself (one after a redirect elsewhere raised in _send): its own challenge.
         answer = self.auth.answer(response.headers.get("WWW-Authenticate", ""), self.scopes)
         if answer is None or (answer == first and self.auth.scheme != "bearer"):
             return response  # nothing else to try: the caller turns the 401 into a registry-auth Failure
         response.close()
         headers["Authorization"] = answer
-        return self._send(method, path, headers, None, body)
+        return self._send(method, url, headers, None, body)
+
+    def _url(self, path: str) -> str:
+        # Upload sessions and token realms are absolute URLs; everything else is a path on this registry.
+        return path if path.startswith(("http://", "https://")) else self.base_url + path
 
     def _send(self, method: str, path: str, headers: dict[str, str], auth: tuple[str, str] | None,
               body: dict[str, Any]) -> requests.Response:
-        # Upload sessions and token realms are absolute URLs; everything else is a path on this registry.
-        url = path if path.startswith(("http://", "https://")) else self.base_url + path
-        trust = self._trust_for(url)
+        """One exchange; redirects of a GET or HEAD followed here (policy, rule 3): a hop that leaves the first
+        URL's origin drops the Authorization header and basic `auth` for the rest, and a 401 after that is
+        refused, never answered."""
+        url = start = self._url(path)
         extra = {key: value for key, value in body.items() if value is not None and value is not False}
-        try:
-            response = self.session.request(method, url, headers=headers, auth=auth, timeout=self.timeout,
-                                            allow_redirects=True, **extra)
-        except requests.RequestException as error:
-            raise classify(error, trust.host, trust.describe(), str(trust.certs_dir)) from None
+        hops, left = 0, False
+        while True:
+            trust = self._trust_for(url)
+            try:
+                response = self.session.request(method, url, headers=headers, auth=auth, timeout=self.timeout,
+                                                allow_redirects=False, **extra)
+            except requests.RequestException as error:
+                raise classify(error, trust.host, trust.describe(), str(trust.certs_dir)) from None
+            target = (policy.redirect_target(url, response.headers.get("Location"), method, hops)
+                      if response.status_code in policy.REDIRECT_STATUSES else None)
+            if target is None:
+                break
+            response.close()
+            if not policy.same_origin(target, start) and not left:
+                left = True
+                headers = {key: value for key, value in headers.items() if key.lower() != "authorization"}
+                auth = None
+            extra.pop("params", None)  # the Location carries its own query
+            url, hops = target, hops + 1
+        if response.status_code == 401 and left:
+            response.close()
+            raise policy.refuse_foreign_challenge(self.registry.host, url,
+                                                  f"redirected {method} {urlsplit(start).path} to")
         if response.status_code in RETRIED_STATUSES:
             response.close()
             raise RegistryDown(f"HTTP {response.status_code}")
@@ -353,6 +386,13 @@ def _too_many(host: str, what: str, of: str) -> Failure:
     return Failure(f"registry {host}: the repository has {what}", rule="registry-too-many-tags",
                    hint=f"the {of} of a repository this large are more than one command reads; delete old tags "
                         "with the registry's own tools, or use a repository per purpose")
+
+
+def _cookieless_session() -> requests.Session:
+    """Docker's client keeps no cookie jar: a cookie a registry sets is sent nowhere (a jar ignores ports)."""
+    session = requests.Session()
+    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return session
 
 
 def _next_page(link: str) -> str | None:

@@ -1,16 +1,20 @@
 """Registry credentials, found where the docker CLI finds them, in its order, and never shown.
 
-1. XLA_IMAGES_REGISTRY_USER / XLA_IMAGES_REGISTRY_PASSWORD (CI secrets);
-2. the docker config ($DOCKER_CONFIG/config.json, else ~/.docker/config.json): `credHelpers[HOST]`, a helper
-   program `docker-credential-<name>` on PATH, asked as the docker CLI asks (`get`, the host on stdin, JSON
+1. XLA_IMAGES_REGISTRY_USER / XLA_IMAGES_REGISTRY_PASSWORD (CI secrets), for XLA_IMAGES_REGISTRY's host or,
+   when it is unset, for the registries the command names (policy, rule 4): never for another host;
+2. the docker config ($DOCKER_CONFIG/config.json, else ~/.docker/config.json; a DOCKER_CONFIG that is not a
+   directory is one warning, as the docker CLI gives): `credHelpers[HOST]`, a helper program
+   `docker-credential-<name>` found in PATH's absolute directories (never the current directory, as Go's
+   exec.LookPath), asked as the docker CLI asks (`get`, the host on stdin, JSON
    `{"Username", "Secret"}` on stdout; `<token>` as the user means the secret is an identity token);
 3. its `credsStore`, the same way;
 4. its inline `auths[HOST]`: `auth` (base64 of USER:PASSWORD), `username`/`password`, `identitytoken` (an
    OAuth refresh token, traded at the registry's token service) or `registrytoken` (a bearer token as is).
 
 Nothing found is anonymous access. The docker config is read bounded and checked; a helper runs with a
-timeout and a cap on what it may print. Secrets go to the registry and the engine only; `redact` scrubs them
-(and their base64 forms) from any message.
+timeout and a cap on what it may print; a failing one is named with its exit code and a redacted line.
+Secrets go where policy.py says and to the engine only; `redact` scrubs them (and their base64 forms) from any
+message.
 """
 from __future__ import annotations
 
@@ -20,15 +24,16 @@ import json
 import os
 import re
 import selectors
-import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ... import userfiles
 from ...errors import ConfigError, Failure, Location, XlaImagesError
+from . import policy
 
 USER_ENV = "XLA_IMAGES_REGISTRY_USER"
 PASSWORD_ENV = "XLA_IMAGES_REGISTRY_PASSWORD"
@@ -75,9 +80,13 @@ class Credentials:
         return f"Credentials(username={self.username!r}, secret='***', source={self.source!r})"
 
 
-def load_credentials(host: str, environ: Mapping[str, str] | None = None,
-                     docker_config: Path | None = None) -> Credentials | None:
-    """The credentials for `host` in docker's order (see the module docstring), or None for anonymous."""
+def load_credentials(host: str, environ: Mapping[str, str] | None = None, docker_config: Path | None = None, *,
+                     named: Iterable[str] = ()) -> Credentials | None:
+    """The credentials for `host` in docker's order (see the module docstring), or None for anonymous.
+
+    `named`: the registry hosts the command names itself (--registry, --from, --to, the site's registry); the
+    environment's credentials go only to one of them, or only to XLA_IMAGES_REGISTRY's host when that is set
+    (policy, rule 4). For any other host they are skipped and the docker config is asked."""
     environ = os.environ if environ is None else environ
     user, password = environ.get(USER_ENV), environ.get(PASSWORD_ENV)
     if user or password:
@@ -85,7 +94,9 @@ def load_credentials(host: str, environ: Mapping[str, str] | None = None,
             missing = PASSWORD_ENV if user else USER_ENV
             raise ConfigError(f"{missing} is not set but its partner is", rule="registry-credentials",
                               hint=f"set both {USER_ENV} and {PASSWORD_ENV}, or neither")
-        return Credentials(user, password, f"the environment ({USER_ENV}/{PASSWORD_ENV})", from_environment=True)
+        if host in policy.environment_hosts(environ, named):
+            return Credentials(user, password, f"the environment ({USER_ENV}/{PASSWORD_ENV})",
+                               from_environment=True)
     path = docker_config or docker_config_path(environ)
     if not os.path.lexists(path):
         return None
@@ -112,7 +123,20 @@ def docker_config_credentials(host: str, environ: Mapping[str, str] | None = Non
 
 def docker_config_path(environ: Mapping[str, str]) -> Path:
     directory = environ.get("DOCKER_CONFIG")
+    if directory and os.path.lexists(directory) and not os.path.isdir(directory):
+        # What the docker CLI does: one warning, then no config (anonymous), not a silent anonymous access.
+        _warn_once(f"warning: DOCKER_CONFIG={directory} is not a directory: no docker config is read "
+                   "(credHelpers, credsStore and auths are not used)")
     return Path(directory) / "config.json" if directory else Path.home() / ".docker" / "config.json"
+
+
+_WARNED: set[str] = set()  # one warning per process and text: credentials are looked up once per client
+
+
+def _warn_once(line: str) -> None:
+    if line not in _WARNED:
+        _WARNED.add(line)
+        print(line, file=sys.stderr)
 
 
 # --- the docker config ---------------------------------------------------------------------------------------
@@ -199,19 +223,23 @@ def run_helper(name: str, host: str, configured: str, environ: Mapping[str, str]
     program = HELPER_PREFIX + name
     source = f"credential helper {program} ({configured})"
     environ = os.environ if environ is None else environ
-    executable = shutil.which(program, path=environ.get("PATH"))
+    search = environ.get("PATH", os.defpath)
+    executable = find_program(program, search)
     if executable is None:
-        raise ConfigError(f"{program} is not on PATH", rule="registry-credentials", location=Location(configured),
+        skipped = " (PATH's empty and relative elements, the current directory, are not searched)" \
+            if any(not os.path.isabs(part) for part in search.split(os.pathsep)) else ""
+        raise ConfigError(f"{program} is not on PATH{skipped}", rule="registry-credentials",
+                          location=Location(configured),
                           hint=f"install the helper {configured} names (gcloud, docker-credential-ecr-login, pass "
-                               "...), or remove that entry from the docker config")
+                               "...) in a directory PATH names by its absolute path, or remove that entry from the "
+                               "docker config")
     code, out, err = bounded_run([executable, "get"], host.encode(), HELPER_TIMEOUT, HELPER_OUTPUT_LIMIT, program)
     if code != 0:
         said = (err or out).decode("utf-8", "replace").strip()
         if "credentials not found" in said.lower():
             return None
-        first_line = said.splitlines()[0][:160] if said else "nothing on stderr"
-        raise Failure(f"{program} get failed with exit {code}: {first_line}", rule="registry-credentials",
-                      hint=f"run `echo {host} | {program} get` to see why ({configured})")
+        raise Failure(f"{program} ({executable}) get failed with exit {code}: {redacted_line(said)}",
+                      rule="registry-credentials", hint=f"run `echo {host} | {program} get` to see why ({configured})")
     try:
         answer = json.loads(out.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -226,6 +254,42 @@ def run_helper(name: str, host: str, configured: str, environ: Mapping[str, str]
     if user == IDENTITY_TOKEN_USER:
         return Credentials("", "", source, identity_token=secret)
     return Credentials(user, secret, source)
+
+
+def find_program(program: str, search: str) -> str | None:
+    """`program` in the absolute directories of `search` (a PATH), as Go's exec.LookPath finds a helper for the
+    docker CLI since Go 1.19: an empty or relative element (the current directory) never supplies the program.
+    (Go then fails with ErrDot; we skip the element, so a helper later on PATH is still found.)"""
+    for directory in search.split(os.pathsep):
+        if not os.path.isabs(directory):
+            continue
+        candidate = os.path.join(directory, program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+# Whatever may be a secret in a helper's words: a JSON answer, `password=...`-like pairs, and long runs of
+# letters and digits (tokens, base64) — a failing helper may have printed the secret it was asked for.
+_SECRET_PAIR = re.compile(r"(?i)\b(password|passwd|secret|token|auth|pw)(\s*[=:]\s*)\S+")
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9+/=_.~-]{12,}")
+
+
+def redacted_line(said: str) -> str:
+    """The first line of what a failing helper said, with anything that may be a secret replaced by ***."""
+    line = next((part.strip() for part in said.splitlines() if part.strip()), "")
+    if not line:
+        return "it printed nothing"
+    if "{" in line or '"Secret"' in said:
+        return "(its output is not shown: it may hold the secret)"
+    line = _SECRET_PAIR.sub(lambda match: f"{match[1]}{match[2]}***", line[:160])
+    return _TOKEN_LIKE.sub(lambda match: "***" if _may_be_secret(match[0]) else match[0], line)
+
+
+def _may_be_secret(word: str) -> bool:
+    """A long word with a digit, a base64 sign or mixed case; `docker-credential-pass`, `keychain` are not."""
+    return bool(re.search(r"[0-9+/=_~]", word)) or (any(c.isupper() for c in word[1:]) and
+                                                     any(c.islower() for c in word))
 
 
 def bounded_run(command: list[str], stdin: bytes, timeout: float, limit: int, what: str) -> tuple[int, bytes, bytes]:
