@@ -80,6 +80,38 @@ def format_lock(flavour: Target, inputs: str, entries: Iterable[LockEntry]) -> s
     return "\n".join(lines) + "\n"
 
 
+def format_constraints(flavour: Target, lock_text: str) -> str:
+    """Dockerfiles/<tag>/constraints.txt: the lock's pins as a pip (and uv) constraints file, the one an image's
+    PIP_CONSTRAINT names, so that `pip install X` in a derived image picks the X that fits torch, torch_xla and
+    libtpu or fails naming the pinned package.
+
+    The whole lock, without hashes (a hash in a constraints file puts pip in hash-checking mode for every package
+    the user installs). The lock is exactly the closure of torch, torch_xla and libtpu (its requirements are
+    those pins), and docs/derived.md has the measurements that chose it over pinning the three alone. Without a
+    readable lock (before `lock`, or a hand-broken one, which `render --check` and the build report) the file
+    holds the requirement pins, so the render stays pure and the image still cannot lose its torch.
+    """
+    try:
+        entries: Iterable[LockEntry] = parse_lock(lock_text).entries if lock_text else ()
+    except ConfigError:
+        entries = ()
+    pins = [f"{entry.name}=={entry.version}" for entry in sorted(entries, key=lambda entry: entry.name)]
+    origin = f"the pins of {LOCK_NAME}" if pins else f"the requirements ({LOCK_NAME} is not there yet)"
+    lines = [
+        f"# {GENERATED_MARK} (`./build.py render`) from {origin}: do not edit.",
+        f"# flavour: {flavour.tag} (python {flavour.python}, {flavour.abi.value})",
+        "# The image's PIP_CONSTRAINT and UV_CONSTRAINT name this file: `pip install X` keeps these versions.",
+        "# Opt out with an empty PIP_CONSTRAINT (`ENV PIP_CONSTRAINT=`), UV_CONSTRAINT for uv (docs/derived.md).",
+    ]
+    lines.extend(pins or sorted(flavour.requirements))
+    return "\n".join(lines) + "\n"
+
+
+def constraints_digest(text: str) -> str:
+    """The `sha256:<hex>` of a constraints file, as the image's label records it."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:
     """Parse a lock file; any line that is neither a comment nor a pin is an error naming file:line."""
     inputs = None
