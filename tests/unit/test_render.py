@@ -96,7 +96,7 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     assert "/tmp/pip" not in runtime and "PIP_CONFIG_FILE" not in runtime
     copies = [line for line in runtime.splitlines() if line.startswith("COPY ")]
     assert copies == [f"COPY --from=wheels /layers/{name}/ /" for name in
-                      ("venv-bootstrap", "torch-any", "torch", "torch_xla", "libtpu", "smoke")]
+                      ("venv-bootstrap", "torch-any", "torch", "torch_xla", "libtpu", "smoke", "derived")]
     cpu = render.render_flavour(fixed_flavours()["r2.9.0_3.11_cpu"])["Dockerfile"]
     assert "/layers/libtpu/" not in cpu and "/layers/torch_xla/" in cpu
     assert "PJRT_DEVICE=\"TPU\"" in runtime and "PATH=/opt/venv/bin:$PATH" in runtime

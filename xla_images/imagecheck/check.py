@@ -24,6 +24,7 @@ VENV = "/opt/venv"
 FLAVOUR_PACKAGES = ("torch", "torch-xla", "libtpu")
 RULE_FACTS = "check-facts"
 RULE_VENV = "check-venv"
+RULE_ELF = "check-elf"
 PIP_CHECK_SECONDS = 120
 MAX_CONSTRAINTS = 1 << 20
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)\s*$")
@@ -174,6 +175,28 @@ def pip_check(venv: Path) -> list[Problem]:
             if line != _CLEAN_PIP_CHECK]
 
 
+def not_elf(site: Path) -> list[str]:
+    """Files named like a library or an extension module (`*.so`) that are not ELF: python and the loader fail on
+    them, and the ABI check cannot judge them. GNU ld scripts (text `libfoo.so` for the linker) are not modules."""
+    found = []
+    for directory, _, names in os.walk(site):  # symlinked directories are not followed: no walk out of the venv
+        for name in names:
+            if not name.endswith(".so"):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                if not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as handle:
+                    head = handle.read(64)
+            except OSError:
+                found.append(path)
+                continue
+            if not head.startswith(b"\x7fELF") and not head.lstrip().startswith((b"/*", b"INPUT", b"GROUP")):
+                found.append(path)
+    return found
+
+
 def abi_problems(report: abi.CheckReport, expected_abi: str | None) -> list[Problem]:
     problems = []
     if expected_abi and report.torch_abi != expected_abi:
@@ -202,6 +225,12 @@ def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_
     packages, problems = version_problems(pins, installed_versions(site))
     if run_pip:
         problems += pip_check(venv)
+    unreadable = not_elf(site)
+    if unreadable:
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        raise ConfigError(f"{unreadable[0]} is not an ELF shared object{more}: python cannot import it and the ABI "
+                          "check cannot judge it", rule=RULE_ELF,
+                          hint="reinstall the package that holds it (`pip install --force-reinstall`), or remove it")
     result = CheckResult(tag, str(venv), str(site), packages, problems)
     if abi.has_torch_libraries(site):
         report = abi.check_site_packages(site)
