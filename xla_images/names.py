@@ -69,6 +69,16 @@ CLASSIC_SECRETS_DIR = "xla-secrets"
 # Where the image keeps its python environment; the smoke suite is copied into its site-packages.
 # xla_images/abi (words.py), standalone by design, keeps its own copy (tests/unit/test_architecture.py compares them).
 VENV = "/opt/venv"
+# What a derived image (`FROM` ours) keeps to: the lock's pins as a pip constraints file, rendered beside the lock
+# (Dockerfiles/<tag>/constraints.txt) and copied here in its own layer; PIP_CONSTRAINT and UV_CONSTRAINT name it.
+CONSTRAINTS_NAME = "constraints.txt"
+IMAGE_TOOLS_DIR = "/opt/xla-images"
+IMAGE_CONSTRAINTS = f"{IMAGE_TOOLS_DIR}/{CONSTRAINTS_NAME}"
+CONSTRAINTS_LABEL = f"{LABEL_PREFIX}.constraints"  # its path in the image
+CONSTRAINTS_SHA256_LABEL = f"{LABEL_PREFIX}.constraints-sha256"  # sha256:<hex> of its bytes
+# The in-image check (xla_images/imagecheck as one executable zipapp), on PATH in every image.
+CHECK_TOOL = "xla-images-check"
+IMAGE_CHECK_TOOL = f"{VENV}/bin/{CHECK_TOOL}"
 
 # --- images on the local engine -------------------------------------------------------------------------------
 

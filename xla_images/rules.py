@@ -49,6 +49,7 @@ INSTALL = "install.md#install"
 VERIFIED = "reliability.md#what-is-verified-and-the-deadlines"
 INDEX_READS = "reliability.md#the-package-index-and-update"
 CREDENTIALS = "reliability.md#where-credentials-go"
+DERIVED_CHECK = "derived.md#xla-images-check-does-the-image-still-hold"
 
 CATALOGUE: tuple[Rule, ...] = (
     # --- input files, YAML, the disk ---
@@ -243,6 +244,10 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("abi-input", "the ABI tool was given input it cannot use", ABI, "python abi.pyz check PATH (see --help)"),
     Rule("abi-path-readable", "a path given to the ABI tool cannot be read", ABI, "check the path and its permissions"),
     Rule("abi-wheel-readable", "a wheel is not a readable zip (or a member is a zip bomb)", ABI, "download the wheel again"),
+    # --- xla-images-check, inside every image ---
+    Rule("check-facts", "xla-images-check cannot tell which flavour the image is (no constraints file, or no torch pin in it)", DERIVED_CHECK, "run it in an image built by xla-images, and keep /opt/xla-images/constraints.txt"),
+    Rule("check-venv", "xla-images-check found no venv where the image's should be", DERIVED_CHECK, "keep /opt/venv, or pass --venv PATH"),
+    Rule("check-elf", "a .so in the venv is not an ELF shared object", DERIVED_CHECK, "remove or rebuild the file named"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in CATALOGUE}

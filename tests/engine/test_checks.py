@@ -16,8 +16,10 @@ import pytest
 
 from publish_support import make_project
 from xla_images import names
+from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
 from xla_images.run import checks, engine, smoke_runner
+from xla_images.run.check_tool import check_tool_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"
@@ -47,15 +49,29 @@ def stand_in_packages(context: Path, flavour: Flavour) -> None:
         f"_GLIBCXX_USE_CXX11_ABI = {bool(flavour.abi.glibcxx_use_cxx11_abi)}\n")
 
 
-def dockerfile(flavour: Flavour, test_base: str, extra: list[str]) -> str:
+def derived_layer(context: Path, flavour: Flavour) -> dict[str, str]:
+    """The image's constraints file and `xla-images-check` in the context, as a build writes them; the labels
+    that name the file."""
+    constraints = lockfile.format_constraints(flavour, "")
+    (context / names.CONSTRAINTS_NAME).write_text(constraints)
+    (context / names.CHECK_TOOL).write_bytes(check_tool_bytes())
+    return {names.CONSTRAINTS_LABEL: names.IMAGE_CONSTRAINTS,
+            names.CONSTRAINTS_SHA256_LABEL: lockfile.constraints_digest(constraints)}
+
+
+def dockerfile(flavour: Flavour, test_base: str, extra: list[str], derived_labels: dict[str, str]) -> str:
     env = " ".join(f"{key}={json.dumps(value)}" for key, value in flavour.env.items())
-    labels = {**flavour.labels, names.FLAVOUR_ID_LABEL: flavour.id}
+    labels = {**flavour.labels, **derived_labels, names.FLAVOUR_ID_LABEL: flavour.id}
     label_text = " ".join(f"{json.dumps(key)}={json.dumps(value)}" for key, value in labels.items())
     return "\n".join([
         f"FROM {test_base}",
-        "RUN python3.11 -m venv --without-pip /opt/venv",
+        # pip, as the wheels stage bootstraps it: `xla-images-check` runs `pip check`.
+        "RUN python3.11 -m venv --without-pip /opt/venv && /opt/venv/bin/python -m ensurepip --default-pip",
         "ENV PATH=/opt/venv/bin:$PATH",
         f"COPY site/ {SITE_PACKAGES}/",
+        f"COPY {names.CONSTRAINTS_NAME} {names.IMAGE_CONSTRAINTS}",
+        f"COPY {names.CHECK_TOOL} {names.IMAGE_CHECK_TOOL}",
+        f"RUN chmod 0755 {names.IMAGE_CHECK_TOOL}",
         *extra,
         f"ENV {env}",
         f"LABEL {label_text}",
@@ -70,7 +86,7 @@ def build_checked_image(tmp_path: Path, name: str, flavour: Flavour, test_base: 
     for relative, data in (files or {}).items():
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
         (context / relative).write_bytes(data)
-    (context / "Dockerfile").write_text(dockerfile(flavour, test_base, extra))
+    (context / "Dockerfile").write_text(dockerfile(flavour, test_base, extra, derived_layer(context, flavour)))
     ref = f"xla-images-test/checks-{name}:{os.getpid()}"
     engine.classic.build_directory(context, ref)
     try:
@@ -126,9 +142,12 @@ def test_clean_image_passes_all_but_the_abi_check(tmp_path: Path, flavour: Flavo
     assert {name for name, status in found.items() if status == "skipped"} == {"test_nightly_is_the_claimed_night"}
     assert "no torch found" in dict((o.name, o.message) for o in result.outcomes)["test_abi_compatible"] or \
         "could not run" in dict((o.name, o.message) for o in result.outcomes)["test_abi_compatible"]
-    assert len(found) == 16
+    # The derived-image checks pass: the constraints match their label, `xla-images-check` (text, --json) exits 0.
+    assert found["test_constraints_are_the_rendered_ones"] == "passed"
+    assert found["test_xla_images_check_passes[text]"] == found["test_xla_images_check_passes[json]"] == "passed"
+    assert len(found) == 19
     written = json.loads((tmp_path / "reports" / "checks.json").read_text())
-    assert written["summary"]["passed"] == 14 and written["summary"]["failed"] == 1
+    assert written["summary"]["passed"] == 17 and written["summary"]["failed"] == 1
     assert written["summary"]["skipped"] == 1
     assert "<testsuite" in (tmp_path / "reports" / "checks.xml").read_text()
     no_leaked_containers()

@@ -52,7 +52,7 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     run_modules = run_contract["layers"][0].split(" : ")
     modules = [name.strip() for layer in layers for name in layer.replace("|", ":").split(":")]
     for name in modules:
-        if name in ("cli", "run", "generate", "model", "abi"):
+        if name in ("cli", "run", "generate", "model", "abi", "imagecheck"):
             (package / name).mkdir(parents=True)
             (package / name / "__init__.py").write_text("")
         else:
@@ -70,6 +70,7 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
             (package / "abi" / f"{name.strip()}.py").write_text("")
     (package / "abi" / "elf.py").write_text("from xla_images.abi import check\nfrom xla_images.run import build\n")
     (package / "model" / "flavour.py").write_text("from xla_images.run import build\n")
+    (package / "imagecheck" / "check.py").write_text("import xla_images.names\n")
     (package / "cli" / "common.py").write_text("import docker\n")
     (package / "cli" / "test.py").write_text("from xla_images.cli import sbom\n")
     (package / "run" / "engine.py").write_text("from xla_images.run import publish\n")
@@ -83,7 +84,7 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     for broken in ("xla_images.model.flavour -> xla_images.run.build", "xla_images.cli.common -> docker",
                    "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names",
                    "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.build",
-                   "xla_images.cli.test -> xla_images.cli.sbom"):
+                   "xla_images.cli.test -> xla_images.cli.sbom", "xla_images.imagecheck.check -> xla_images.names"):
         assert broken in result.stdout, result.stdout
     assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
 

@@ -1,6 +1,7 @@
 """SBOM assembly from a lock and an image inventory (no engine): components, hashes, purls, validation."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -73,7 +74,8 @@ def test_dpkg_status_keeps_installed_packages_only_and_ignores_continuation_line
 
 
 def test_bom_has_lock_hashes_installed_dists_debs_and_the_image_as_subject() -> None:
-    made = sbom.assemble(subject(), parse_lock(LOCK), inventory(), flavour_tag="r2.9.0_3.11_cpu")
+    made = sbom.assemble(subject(), parse_lock(LOCK), inventory(), flavour_tag="r2.9.0_3.11_cpu",
+                         constraints="torch==2.9.0\n")
     text = made.to_json()
     sbom.validate(text)
     document = json.loads(text)
@@ -96,6 +98,9 @@ def test_bom_has_lock_hashes_installed_dists_debs_and_the_image_as_subject() -> 
                             + "?repository_url=127.0.0.1:5000/xla-images&tag=r2.9.0_3.11_cpu")
     assert props(root)["xla-images:flavour"] == "r2.9.0_3.11_cpu"
     assert props(root)["xla-images:lock-inputs"] == "sha256:" + "d" * 64
+    # The constraints file derived images keep to: its path in the image and sha256, as the labels name it.
+    assert props(root)["xla-images:constraints"] == (
+        "/opt/xla-images/constraints.txt sha256:" + hashlib.sha256(b"torch==2.9.0\n").hexdigest())
     (dependency,) = [item for item in document["dependencies"] if item["ref"] == root["bom-ref"]]
     assert len(dependency["dependsOn"]) == 6
     assert made.mismatches == () and made.notes == ()

@@ -213,6 +213,11 @@ def test_cli_render_check_exit_codes(tmp_path: Path) -> None:
     assert run_cli("render", "--matrix", matrix).returncode == 0
     for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"):
         fake_lock(reload(plan), tag)
+    # The constraints file (and the Dockerfile's label of its sha256) is made from the lock: a lock written by
+    # hand leaves it stale (`lock` renders it with the lock).
+    result = run_cli("render", "--check", "--offline", "--matrix", matrix)
+    assert result.returncode == 1 and "Dockerfiles/r2.9.0_3.11_cpu/constraints.txt: drift [stale]" in result.stderr
+    assert run_cli("render", "--matrix", matrix).returncode == 0
     # Fake locks name wheels no index has: the layout is not checkable, and --offline says so without asking.
     result = run_cli("render", "--check", "--offline", "--matrix", matrix)
     assert result.returncode == 0, result.stderr

@@ -27,10 +27,22 @@ BUILD_SCRIPTS: dict[str, Path] = {
 }
 
 
+def check_tool_sources() -> dict[str, Path]:
+    """The sources the image's `xla-images-check` zipapp is made of (imagecheck.tool packs them): the imagecheck
+    package, the abi package and the two modules of xla_images they import. Found by path, not imported: both
+    packages sit above generate. tests/unit/test_imagecheck.py holds this list to the zipapp's members."""
+    package = Path(layers.__file__).resolve().parent
+    members = {f"xla_images/{name}": package / name for name in ("__init__.py", "errors.py")}
+    for sub in ("abi", "imagecheck"):
+        members.update({f"xla_images/{sub}/{path.name}": path for path in sorted((package / sub).glob("*.py"))})
+    return members
+
+
 def build_scripts_digest() -> str:
-    """sha256 of the scripts the wheels stage runs, names and bytes."""
+    """sha256 of what the build copies into the image besides the wheels and the smoke suite: the scripts the
+    wheels stage runs and the sources of the check tool, names and bytes."""
     digest = hashlib.sha256()
-    for name, source in sorted(BUILD_SCRIPTS.items()):
+    for name, source in [*sorted(BUILD_SCRIPTS.items()), *sorted(check_tool_sources().items())]:
         data = source.read_bytes()
         digest.update(f"{name}\0{len(data)}\0".encode() + data)
     return digest.hexdigest()
@@ -74,15 +86,13 @@ def plan_for_site(matrix_path: Path, site: Site) -> Plan:
     # Bound first: a nightly's wheel source is chosen by its release's version, not by the night it pins.
     targets = nightly.pin_from_locks(bind(matrix.load_flavours(matrix_path), site), root)
     check_wheels(targets, wheel_index.load(root / wheel_index.WHEELS_FILE))
-    rendered = {target.tag: render.render_flavour(target) for target in targets}
+    locks = {target.tag: _read(root / DOCKERFILES / target.tag / LOCK_NAME) for target in targets}
+    rendered = {target.tag: render.render_flavour(target, locks[target.tag]) for target in targets}
     smoke_digest = _tree_digest(resources.smoke_dir())
     scripts_digest = build_scripts_digest()
     with_ids = tuple(
         dataclasses.replace(
-            target,
-            id=content_id(target, rendered[target.tag], _read(root / DOCKERFILES / target.tag / LOCK_NAME),
-                          smoke_digest, scripts_digest),
-        )
+            target, id=content_id(target, rendered[target.tag], locks[target.tag], smoke_digest, scripts_digest))
         for target in targets
     )
     return Plan(root, matrix_path, site, with_ids, rendered)

@@ -19,9 +19,11 @@ import jinja2
 from .. import layers, resources
 from ..errors import ConfigError
 from ..model.flavour import Flavour, WheelBuild, default_base_image
-from ..names import (CA_SECRET, CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, FLAVOUR_ID_LABEL, GENERATED_MARK,
-                     IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT, INSTALL_WORK, LOCK_NAME, PIP_SECRET,
-                     SOURCE_DATE_EPOCH, SPLIT_SCRIPT, VENV)
+from ..model.lockfile import constraints_digest, format_constraints
+from ..names import (CA_SECRET, CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL,
+                     CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, FLAVOUR_ID_LABEL, GENERATED_MARK,
+                     IMAGE_CONSTRAINTS, IMAGE_PIP_DIR, IMAGE_TOOLS_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT,
+                     INSTALL_WORK, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH, SPLIT_SCRIPT, VENV)
 
 # Rendered file of a flavour -> its template, in the order they are written.
 TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
@@ -38,11 +40,16 @@ def header(template: str, command: str = RENDER_COMMAND) -> str:
             f"# matrix.yaml, then regenerate with `{command}`.")
 
 
-def render_flavour(flavour: Flavour) -> dict[str, str]:
-    """{"Dockerfile": ...} for one flavour. Pure: same flavour, same bytes, any site."""
-    context = template_context(flavour)
-    return {name: _render(template, {**context, "header": header(template)})
-            for name, template in TEMPLATES.items()}
+def render_flavour(flavour: Flavour, lock_text: str = "") -> dict[str, str]:
+    """{"Dockerfile": ..., "constraints.txt": ...} for one flavour and the text of its committed lock. Pure: same
+    flavour and lock, same bytes, any site. The constraints come first: the Dockerfile's labels carry their
+    sha256."""
+    constraints = format_constraints(flavour, lock_text)
+    context = template_context(flavour, constraints)
+    files = {name: _render(template, {**context, "header": header(template)})
+             for name, template in TEMPLATES.items()}
+    files[CONSTRAINTS_NAME] = constraints
+    return files
 
 
 def render_wheel_builds(flavours: tuple[Flavour, ...] | list[Flavour]) -> dict[str, str]:
@@ -73,8 +80,9 @@ def wheel_build_context(build: WheelBuild, flavours: list[str]) -> dict[str, Any
     }
 
 
-def template_context(flavour: Flavour) -> dict[str, Any]:
+def template_context(flavour: Flavour, constraints: str = "") -> dict[str, Any]:
     """Everything the templates may use. Deliberately not the wheel source nor the site's base image."""
+    derived_labels = {CONSTRAINTS_LABEL: IMAGE_CONSTRAINTS, CONSTRAINTS_SHA256_LABEL: constraints_digest(constraints)}
     return {
         "tag": flavour.tag,
         "python": flavour.python,
@@ -89,7 +97,10 @@ def template_context(flavour: Flavour) -> dict[str, Any]:
         "venv": VENV,
         "site_packages": f"{VENV}/lib/python{flavour.python}/site-packages",
         "env": flavour.env,
-        "labels": flavour.labels,
+        "labels": {**flavour.labels, **derived_labels},
+        "constraints_name": CONSTRAINTS_NAME,
+        "tools_dir": IMAGE_TOOLS_DIR,
+        "check_tool": CHECK_TOOL,
         "flavour_id_label": FLAVOUR_ID_LABEL,
         "lock_name": LOCK_NAME,
         "context_pip": CONTEXT_PIP_DIR,

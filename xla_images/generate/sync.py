@@ -30,7 +30,7 @@ from .. import diskio, userfiles
 from ..errors import ConfigError
 from ..model import lockfile
 from ..model.target import Target
-from ..names import DOCKERFILES, GENERATED_MARK, LOCK_NAME, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
+from ..names import CONSTRAINTS_NAME, DOCKERFILES, GENERATED_MARK, LOCK_NAME, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
 from . import cigen, lock_policy, render, rulesdoc, schemas
 from .plan import Plan
 from .render import RENDER_COMMAND
@@ -197,7 +197,7 @@ def check(plan: Plan) -> list[Finding]:
 def _orphans(plan: Plan) -> list[Finding]:
     findings = [Finding("orphan", str(directory.relative_to(plan.root)), _orphan_dir_message(directory))
                 for directory in _orphan_dirs(plan)]
-    owned = set(render.TEMPLATES) | {LOCK_NAME}
+    owned = set(render.TEMPLATES) | {LOCK_NAME, CONSTRAINTS_NAME}
     for flavour in plan.flavours:
         directory = plan.flavour_dir(flavour)
         if _is_real_dir(directory):

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
 from ..errors import Location
-from ..names import ENV_PREFIX, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
+from ..names import (ENV_PREFIX, IMAGE_CONSTRAINTS, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT,
+                     WHEEL_BUILDS_DIR)
 
 
 
@@ -258,6 +259,9 @@ class Flavour:
             f"{ENV_PREFIX}_TORCH_XLA": self.torch_xla,
             f"{ENV_PREFIX}_LIBTPU": self.libtpu or "",
             f"{ENV_PREFIX}_ACCELERATOR": self.accelerator.value,
+            # pip / uv in a derived image keep to the lock's pins (docs/derived.md); `PIP_CONSTRAINT=` opts out.
+            "PIP_CONSTRAINT": IMAGE_CONSTRAINTS,
+            "UV_CONSTRAINT": IMAGE_CONSTRAINTS,
         }
 
     @property

@@ -24,6 +24,7 @@ from .. import userfiles
 from ..errors import ConfigError, Failure, Location, shorten, shown_value
 from ..names import GENERATED_MARK, LOCK_NAME
 from .site import Site, WheelSource
+from .flavour import Flavour, nightly_specifier
 from .target import Target
 
 LOCK_SCHEMA = 1
@@ -78,6 +79,48 @@ def format_lock(flavour: Target, inputs: str, entries: Iterable[LockEntry]) -> s
     ]
     lines.extend(entry.line() for entry in sorted(entries, key=lambda entry: entry.name))
     return "\n".join(lines) + "\n"
+
+
+def format_constraints(flavour: Flavour, lock_text: str) -> str:
+    """Dockerfiles/<tag>/constraints.txt: the lock's pins as a pip (and uv) constraints file, the one an image's
+    PIP_CONSTRAINT names, so that `pip install X` in a derived image picks the X that fits torch, torch_xla and
+    libtpu or fails naming the pinned package.
+
+    The whole lock, without hashes (a hash in a constraints file puts pip in hash-checking mode for every package
+    the user installs). The lock is exactly the closure of torch, torch_xla and libtpu (its requirements are
+    those pins), and docs/derived.md has the measurements that chose it over pinning the three alone. Without a
+    readable lock (before `lock`, or a hand-broken one, which `render --check` and the build report) the file
+    holds the requirement pins, so the render stays pure and the image still cannot lose its torch.
+    """
+    try:
+        entries: Iterable[LockEntry] = parse_lock(lock_text).entries if lock_text else ()
+    except ConfigError:
+        entries = ()
+    pins = [f"{entry.name}=={entry.version}" for entry in sorted(entries, key=lambda entry: entry.name)]
+    origin = f"the pins of {LOCK_NAME}" if pins else f"the flavour's pins ({LOCK_NAME} is not there yet)"
+    lines = [
+        f"# {GENERATED_MARK} (`./build.py render`) from {origin}: do not edit.",
+        f"# flavour: {flavour.tag} (python {flavour.python}, {flavour.abi.value})",
+        "# The image's PIP_CONSTRAINT and UV_CONSTRAINT name this file: `pip install X` keeps these versions.",
+        "# Opt out with an empty PIP_CONSTRAINT (`ENV PIP_CONSTRAINT=`), UV_CONSTRAINT for uv (docs/derived.md).",
+    ]
+    lines.extend(pins or _release_pins(flavour))
+    return "\n".join(lines) + "\n"
+
+
+def _release_pins(flavour: Flavour) -> list[str]:
+    """The flavour's packages without the wheel source's local labels (`torch==2.6.0` also matches 2.6.0+cxx11,
+    PEP 440): render sees no site setting."""
+    if flavour.is_nightly:
+        pins = [f"torch{nightly_specifier(flavour.nightly_base)}", f"torch_xla{nightly_specifier(flavour.nightly_base)}"]
+    else:
+        pins = [f"torch=={flavour.torch}", f"torch_xla=={flavour.torch_xla}"]
+    return pins + ([f"libtpu=={flavour.libtpu}"] if flavour.libtpu else [])
+
+
+def constraints_digest(text: str) -> str:
+    """The `sha256:<hex>` of a constraints file, as the image's label records it."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def parse_lock(text: str, where: str = LOCK_NAME) -> Lock:

@@ -9,6 +9,8 @@ Contract (`write_context`), for a context directory D:
   D/wheelhouse/           the locked wheels found on the host (hard links; `.keep` when none): with all of
                           them pip runs offline
   D/xla_smoke/            the smoke suite
+  D/constraints.txt       the rendered constraints (the lock's pins), copied to /opt/xla-images/ in the image
+  D/xla-images-check      the in-image check, one executable zipapp (run.check_tool), copied to /opt/venv/bin/
   D.secrets/pip.conf      pip settings (index URL, with any credentials), and D.secrets/ca.crt when the site
                           has a CA bundle: BuildKit secrets, beside the context and never in it, mounted for the
                           pip step only. The classic builder (no secret mounts) gets them copied into the wheels
@@ -28,8 +30,9 @@ from ..generate.plan import BUILD_SCRIPTS, Plan
 from ..model.lockfile import read_lock
 from ..model.site import WheelSource
 from ..model.target import Target
-from ..names import (CA_SECRET, CLASSIC_SECRETS_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, IMAGE_CA, IMAGE_WHEELHOUSE,
-                     LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX)
+from ..names import (CA_SECRET, CHECK_TOOL, CLASSIC_SECRETS_DIR, CONSTRAINTS_NAME, CONTEXT_WHEELHOUSE, DOCKERFILE,
+                     IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX)
+from .check_tool import write_check_tool
 from .wheels import wheel_dirs, wheels_for
 
 KEEP_FILE = ".keep"
@@ -96,6 +99,8 @@ def write_context(plan: Plan, flavour: Target, directory: Path, wheelhouse: Path
         notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
     (directory / DOCKERFILE).write_text(dockerfile, encoding="utf-8")
     shutil.copyfile(plan.lock_path(flavour), directory / LOCK_NAME)
+    (directory / CONSTRAINTS_NAME).write_text(plan.rendered[flavour.tag][CONSTRAINTS_NAME], encoding="utf-8")
+    write_check_tool(directory / CHECK_TOOL)
     for name, source in BUILD_SCRIPTS.items():
         shutil.copyfile(source, directory / name)
     secrets = secrets_dir_for(directory)

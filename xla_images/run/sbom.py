@@ -34,7 +34,7 @@ from ..generate.plan import Plan
 from ..model import lockfile
 from ..model.lockfile import Lock
 from ..model.target import Target
-from ..names import DISTRIBUTION, VENV
+from ..names import CONSTRAINTS_NAME, DISTRIBUTION, IMAGE_CONSTRAINTS, VENV
 from . import engine
 
 SBOM_NAME = "sbom.cdx.json"
@@ -195,10 +195,12 @@ class Sbom:
 
 
 def assemble(subject: Subject, lock: Lock | None, inventory: Inventory, *, flavour_tag: str | None = None,
-             tool_version: str = "0") -> Sbom:
-    """The BOM of `subject`: pypi components from the lock and the venv, deb components from dpkg."""
+             tool_version: str = "0", constraints: str | None = None) -> Sbom:
+    """The BOM of `subject`: pypi components from the lock and the venv, deb components from dpkg. constraints:
+    the text of the flavour's constraints file, recorded on the subject as its image path and sha256 (the
+    components are packages, not files: the file is named where the image's labels name it)."""
     bom = Bom()
-    root = _subject_component(subject, flavour_tag, lock)
+    root = _subject_component(subject, flavour_tag, lock, constraints)
     bom.metadata.component = root
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name=TOOL_NAME,
                                                 version=tool_version))
@@ -215,12 +217,16 @@ def assemble(subject: Subject, lock: Lock | None, inventory: Inventory, *, flavo
     return Sbom(bom, tuple(mismatches), tuple(notes))
 
 
-def _subject_component(subject: Subject, flavour_tag: str | None, lock: Lock | None) -> Component:
+def _subject_component(subject: Subject, flavour_tag: str | None, lock: Lock | None,
+                       constraints: str | None = None) -> Component:
     properties = [Property(name=f"{PROPERTY}image-id", value=subject.image_id)]
     if flavour_tag:
         properties.append(Property(name=f"{PROPERTY}flavour", value=flavour_tag))
     if lock is not None:
         properties.append(Property(name=f"{PROPERTY}lock-inputs", value=lock.inputs))
+    if constraints is not None:
+        properties.append(Property(name=f"{PROPERTY}constraints",
+                                   value=f"{IMAGE_CONSTRAINTS} {lockfile.constraints_digest(constraints)}"))
     purl = subject.purl()
     return Component(type=ComponentType.CONTAINER, name=subject.name, version=subject.digest or subject.image_id,
                      purl=purl, bom_ref=str(purl) if purl else subject.ref, properties=properties)
@@ -280,9 +286,11 @@ def validate(text: str, where: str = SBOM_NAME) -> None:
                       rule="sbom-valid")
 
 
-def generate(image: str, subject: Subject, lock: Lock | None, *, flavour_tag: str | None = None) -> Sbom:
+def generate(image: str, subject: Subject, lock: Lock | None, *, flavour_tag: str | None = None,
+             constraints: str | None = None) -> Sbom:
     """Read the image, assemble, and validate: what `build.py sbom`, `test` and `sign` all write."""
-    sbom = assemble(subject, lock, read_inventory(image), flavour_tag=flavour_tag, tool_version=_tool_version())
+    sbom = assemble(subject, lock, read_inventory(image), flavour_tag=flavour_tag, tool_version=_tool_version(),
+                    constraints=constraints)
     validate(sbom.to_json(), where=f"the SBOM of {subject.ref}")
     return sbom
 
@@ -310,7 +318,8 @@ def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: Subject,
     lock = None
     if flavour is not None and plan.lock_path(flavour).is_file():
         lock = lockfile.read_lock(plan.lock_path(flavour))
-    made = generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None)
+    constraints = plan.rendered[flavour.tag].get(CONSTRAINTS_NAME) if flavour is not None else None
+    made = generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None, constraints=constraints)
     for line in made.notes:
         say(f"note: {line}")
     for line in made.mismatches:

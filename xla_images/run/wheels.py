@@ -44,7 +44,7 @@ from packaging.version import InvalidVersion, Version
 from .. import diskio
 from ..errors import Failure, XlaImagesError
 from ..generate.plan import Plan
-from ..generate import lock_policy
+from ..generate import lock_policy, render
 from ..generate.sync import write_if_changed
 from ..model.lockfile import (PLATFORMS, Lock, LockEntry, anchor_python, format_lock, group_key, lock_inputs,
                               parse_requirement, read_lock, release_family, unavailable_reason)
@@ -309,6 +309,10 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
         for flavour in members:
             text = format_lock(flavour, lock_inputs(flavour, recorded), entries[flavour.tag])
             changed = write_if_changed(plan.lock_path(flavour), text, plan.root)
+            # The constraints file and the Dockerfile's label of its sha256 are made from the lock: a new lock
+            # renders them again, so `render --check` finds no drift after `lock`.
+            for name, rendered in render.render_flavour(flavour, text).items():
+                write_if_changed(plan.flavour_dir(flavour) / name, rendered, plan.root)
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
                                       changed, others))

@@ -17,7 +17,9 @@ import testinfra
 from xla_images import abi
 from xla_images.abi.standalone import write_zipapp
 from xla_images.model.target import Target
-from xla_images.names import FLAVOUR_ID_LABEL, LABEL_PREFIX
+from xla_images.model.lockfile import constraints_digest
+from xla_images.names import (CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_SHA256_LABEL, FLAVOUR_ID_LABEL,
+                              IMAGE_CONSTRAINTS, LABEL_PREFIX)
 from xla_images.run import checks, engine, nightly_check, smoke_runner
 from xla_images.run.checks import CheckTarget, LayerScan
 
@@ -164,6 +166,33 @@ def test_abi_compatible(flavour: Target, host: testinfra.host.Host, container: s
     report = json.loads(result.stdout)
     assert report["torch_abi"] == flavour.abi.value, f"torch libraries use the {report['torch_abi']} ABI"
     assert report["verdict"] in abi.LOADS, report["summary"]
+
+
+# --- derived images: the constraints and the in-image check --------------------------------------------------
+
+def test_constraints_are_the_rendered_ones(target: CheckTarget, labels: dict[str, str], image_env: dict[str, str],
+                                           host: testinfra.host.Host) -> None:
+    """The image's constraints file is the one `render` wrote from the lock, its labels name it and its sha256,
+    and PIP_CONSTRAINT / UV_CONSTRAINT point at it (docs/derived.md)."""
+    assert labels.get(CONSTRAINTS_LABEL) == IMAGE_CONSTRAINTS, labels.get(CONSTRAINTS_LABEL)
+    assert image_env.get("PIP_CONSTRAINT") == IMAGE_CONSTRAINTS == image_env.get("UV_CONSTRAINT")
+    text = host.file(IMAGE_CONSTRAINTS).content_string
+    assert constraints_digest(text) == labels.get(CONSTRAINTS_SHA256_LABEL), (
+        f"{IMAGE_CONSTRAINTS} hashes to {constraints_digest(text)}, the label says "
+        f"{labels.get(CONSTRAINTS_SHA256_LABEL)}")
+    torch = target.flavour.pinned_versions["torch"]
+    assert f"torch=={torch}" in text.splitlines(), f"{IMAGE_CONSTRAINTS} does not pin torch=={torch}"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_xla_images_check_passes(as_json: bool, flavour: Target, host: testinfra.host.Host) -> None:
+    """`xla-images-check`, on PATH, exits 0 in the image as built: what a derived image's CI runs last."""
+    result = host.run(f"{CHECK_TOOL} --json" if as_json else CHECK_TOOL)
+    assert result.rc == 0, f"{CHECK_TOOL} exited {result.rc}: {result.stdout.strip()[-1500:]} {result.stderr[-800:]}"
+    if as_json:
+        report = json.loads(result.stdout)
+        assert report["ok"] and report["tag"] == flavour.tag, report
+        assert report["packages"]["torch"]["installed"] == flavour.pinned_versions["torch"], report["packages"]
 
 
 def test_no_compiler(host: testinfra.host.Host) -> None:

@@ -1,0 +1,131 @@
+"""`xla-images-check` against the host's real venv (torch + torch_xla), as the image runs it: the zipapp that
+run.check_tool writes, run by a python on the venv. The mutations happen in a hard-linked copy of the venv (new
+files and renamed directories only: no linked file is written), each in its own copy.
+
+Its figures (wall time) are benchmarks/bench_image_check.py's.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_images.run.check_tool import write_check_tool
+
+HOST_VENV = Path(sys.prefix)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"
+pytestmark = pytest.mark.skipif(
+    not (any(HOST_VENV.glob("lib/python3.*/site-packages/torch/lib/libtorch*.so*"))
+         and any(HOST_VENV.glob("lib/python3.*/site-packages/torch_xla-*.dist-info"))),
+    reason=f"{HOST_VENV} has no torch + torch_xla")
+
+
+def _site(venv: Path) -> Path:
+    (site,) = venv.glob("lib/python3.*/site-packages")
+    return site
+
+
+def _version(site: Path, project: str) -> str:
+    (info,) = site.glob(f"{project}-*.dist-info")
+    return info.name[len(project) + 1:-len(".dist-info")]
+
+
+@pytest.fixture(scope="module")
+def tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_check_tool(tmp_path_factory.mktemp("tool") / "xla-images-check")
+
+
+@pytest.fixture(scope="module")
+def constraints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The host venv's pins as the image's constraints file holds them (render's format)."""
+    site = _site(HOST_VENV)
+    path = tmp_path_factory.mktemp("facts") / "constraints.txt"
+    path.write_text("# flavour: host-venv (python 3.11, cxx11)\n"
+                    f"torch=={_version(site, 'torch')}\ntorch-xla=={_version(site, 'torch_xla')}\n")
+    return path
+
+
+@pytest.fixture()
+def venv(tmp_path: Path) -> Path:
+    copy = tmp_path / "venv"
+    subprocess.run(["cp", "-al", str(HOST_VENV), str(copy)], check=True, timeout=300)
+    return copy
+
+
+def run(tool: Path, venv: Path, constraints: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv / "bin" / "python"), "-I", str(tool), "--venv", str(venv), "--constraints",
+                           str(constraints), "--abi", "cxx11", *extra], capture_output=True, text=True, timeout=600)
+
+
+def test_the_host_venv_holds_its_pins(tool: Path, constraints: Path) -> None:
+    result = run(tool, HOST_VENV, constraints, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and not report["problems"]
+    assert report["abi"]["verdict"] == "compatible" and report["abi"]["extensions"] >= 1
+
+
+def test_a_changed_torch_is_named_with_both_versions(tool: Path, constraints: Path, venv: Path) -> None:
+    site = _site(venv)
+    (old,) = site.glob("torch-*.dist-info")
+    new = site / "torch-2.10.0.dist-info"
+    shutil.copytree(old, new, copy_function=shutil.copy)  # real copies: the links stay the host's files
+    shutil.rmtree(old)
+    metadata = (new / "METADATA").read_text()
+    (new / "METADATA").unlink()
+    (new / "METADATA").write_text(metadata.replace(f"Version: {old.name[6:-10]}\n", "Version: 2.10.0\n", 1))
+    result = run(tool, venv, constraints)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"problem: torch changed {old.name[6:-10]} -> 2.10.0" in result.stdout
+
+
+def test_an_unsatisfied_requirement_is_named(tool: Path, constraints: Path, venv: Path) -> None:
+    info = _site(venv) / "needs_missing-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: needs-missing\nVersion: 1.0\n"
+                                   "Requires-Dist: xla-images-no-such-package>=1\n")
+    result = run(tool, venv, constraints)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "problem: unsatisfied requirement: needs-missing 1.0 requires xla-images-no-such-package" in result.stdout
+
+
+def test_an_extension_of_the_other_abi_is_named_with_its_symbol(tool: Path, constraints: Path, venv: Path) -> None:
+    site = _site(venv)
+    include = site / "torch" / "include"
+    if not include.is_dir():
+        pytest.skip("torch has no headers")
+    (site / "harness_ext").mkdir()
+    output = site / "harness_ext" / "_ext.so"
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{include}",
+               str(FIXTURES / "strings_api.cpp"), "-o", str(output), f"-L{site / 'torch' / 'lib'}", "-lc10"]
+    compiled = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert compiled.returncode == 0, compiled.stderr[-2000:]
+    result = run(tool, venv, constraints, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    problems = [problem["message"] for problem in json.loads(result.stdout)["problems"]]
+    (message,) = [text for text in problems if "harness_ext/_ext.so" in text]
+    assert "other ABI" in message and "missing symbol _Z" in message, message
+
+
+def test_a_so_that_is_not_elf_is_one_line_exit_2(tool: Path, constraints: Path, venv: Path) -> None:
+    (_site(venv) / "broken.cpython-311-x86_64-linux-gnu.so").write_bytes(b"not an ELF file\n" * 8)
+    result = run(tool, venv, constraints)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "broken.cpython-311" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("broken", ["no-venv", "no-constraints"])
+def test_missing_facts_or_venv_is_one_line_exit_2(tool: Path, constraints: Path, tmp_path: Path,
+                                                  broken: str) -> None:
+    venv = tmp_path / "absent" if broken == "no-venv" else HOST_VENV
+    facts = tmp_path / "absent.txt" if broken == "no-constraints" else constraints
+    result = subprocess.run([sys.executable, "-I", str(tool), "--venv", str(venv), "--constraints", str(facts)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and not result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("xla-images-check: error [check-") and "absent" in line
