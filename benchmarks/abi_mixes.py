@@ -219,7 +219,7 @@ def _project(entry: str) -> str:
 
 
 def site_view(directory: Path, host: Path, overlays: list[Path]) -> Path:
-    """A site-packages of symlinks: the host's entries, except those an overlay provides (by top-level name or
+    """A site-packages of hard-linked copies (see `mirror`): the host's entries, except those an overlay provides (by top-level name or
     distribution), plus the overlays' entries."""
     directory.mkdir(parents=True)
     replaced: set[str] = set()
@@ -227,12 +227,28 @@ def site_view(directory: Path, host: Path, overlays: list[Path]) -> Path:
         replaced |= {_project(entry.name) for entry in target.iterdir() if entry.name not in ("bin", ".installed")}
     for entry in host.iterdir():
         if _project(entry.name) not in replaced:
-            (directory / entry.name).symlink_to(entry)
+            mirror(entry, directory / entry.name)
     for target in overlays:
         for entry in target.iterdir():
             if entry.name not in ("bin", ".installed"):
-                (directory / entry.name).symlink_to(entry)
+                mirror(entry, directory / entry.name)
     return directory
+
+
+def mirror(source: Path, destination: Path) -> None:
+    """destination as a hard-linked copy of source (a file or a directory tree): `abi check` does not follow
+    directory links leading out of the tree it is given, so a site-packages view cannot be a farm of symlinks.
+    Hard links cost no space; across file systems the files are copied."""
+    source = Path(os.path.realpath(source))
+    if not source.is_dir():
+        try:
+            os.link(source, destination)
+        except OSError:
+            shutil.copy2(source, destination)
+        return
+    if subprocess.run(["cp", "-al", str(source), str(destination)], capture_output=True).returncode != 0:
+        shutil.rmtree(destination, ignore_errors=True)
+        shutil.copytree(source, destination, symlinks=True)
 
 
 # --- prediction and reality ------------------------------------------------------------------------------------

@@ -24,6 +24,13 @@ import pytest
 
 from xla_images import abi
 
+_MIXES = importlib.util.spec_from_file_location("abi_mixes", Path(__file__).resolve().parents[2] / "benchmarks" /
+                                                "abi_mixes.py")
+abi_mixes = importlib.util.module_from_spec(_MIXES)
+sys.modules.setdefault("abi_mixes", abi_mixes)  # dataclasses look their module up by name
+_MIXES.loader.exec_module(abi_mixes)
+mirror = abi_mixes.mirror  # hard-linked copies: check does not follow directory links out of its tree
+
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"
 HARNESS = "harness"
 
@@ -89,9 +96,11 @@ def next_patch(version: str) -> str:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A site-packages of symlinks to this torch (and its dist-info) with the compiled extensions beside it."""
     root = tmp_path_factory.mktemp("ground-truth-site")
-    (root / "torch").symlink_to(TORCH)
+    mirror(TORCH, root / "torch")
+    if (TORCH.parent / "nvidia").is_dir():  # the CUDA libraries torch's RPATH ($ORIGIN/../../nvidia/...) names
+        mirror(TORCH.parent / "nvidia", root / "nvidia")
     for info in TORCH.parent.glob("torch-*.dist-info"):
-        (root / info.name).symlink_to(info)
+        mirror(info, root / info.name)
     for name, case in CASES.items():
         (root / HARNESS / name).mkdir(parents=True)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -161,12 +170,12 @@ def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Pat
     only_pin.mkdir()
     for entry in site.iterdir():
         if entry.name != HARNESS and "harness" not in entry.name:
-            (only_pin / entry.name).symlink_to(entry.resolve())
+            mirror(entry, only_pin / entry.name)
     pinned = "operators-pinned-next-patch"
     (only_pin / HARNESS / pinned).mkdir(parents=True)
-    (only_pin / HARNESS / pinned / "_ext.so").symlink_to(site / HARNESS / pinned / "_ext.so")
+    mirror(site / HARNESS / pinned / "_ext.so", only_pin / HARNESS / pinned / "_ext.so")
     info = next(site.glob("xla_images_harness_operators_pinned_next_patch-*.dist-info"))
-    (only_pin / info.name).symlink_to(info)
+    mirror(info, only_pin / info.name)
     repository = Path(abi.__file__).resolve().parents[2]
     environment = {**os.environ, "PYTHONPATH": str(repository)}
     pin = subprocess.run([sys.executable, "-m", "xla_images.abi", "check", str(only_pin)], capture_output=True,

@@ -16,8 +16,8 @@ from typing import Sequence
 
 from .elf import ElfDynamic
 from .headers import header_evidence
-from .files import missing_path_error, walk_shared_objects
-from .inspection import classify_dynamic, package_abi
+from .files import WalkNotes, missing_path_error, walk_shared_objects
+from .inspection import classify_dynamic, outside_remark, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
     is_python_symbol, version_defined
 from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_key, demangle, is_torch_entity, \
@@ -73,7 +73,12 @@ def has_torch_libraries(site: Path) -> bool:
 
 def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckReport:
     loader = Loader(site, system)
-    torch, others = _split_site(site, loader)
+    notes = WalkNotes()
+    torch, others = _split_site(site, loader, notes)
+    if not torch:
+        raise usage_error(f"no torch library could be read under {site}{outside_remark(notes)}",
+                          hint="pass the tree that holds torch/lib itself: directory links leading out of the tree "
+                               "are not followed")
     loader.preload([library for library in torch if library.path.name.startswith("_C.")] or torch)
     torch_keys = {os.path.realpath(library.path) for library in torch}
     torch_names = {name for library in torch for name in (library.path.name, library.summary().soname) if name}
@@ -95,16 +100,17 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
     torch_abi = package_abi(classify_dynamic(library.symbols(), library.display) for library in torch)
     extensions = _demangle_missing(extensions)
     verdict, summary = site_verdict(extensions, torch_abi, torch_version)
+    summary += outside_remark(notes)
     return CheckReport(display, verdict, summary, torch_abi,
                        tuple(str(library.path.relative_to(site)) for library in torch), tuple(extensions),
                        torch_version, system.known)
 
 
-def _split_site(site: Path, loader: Loader) -> tuple[list[Library], list[tuple[str, Library]]]:
+def _split_site(site: Path, loader: Loader, notes: WalkNotes) -> tuple[list[Library], list[tuple[str, Library]]]:
     """(torch's own shared objects, (relative path, library) of every other one) under site."""
     torch: list[Library] = []
     others: list[tuple[str, Library]] = []
-    for relative, full in walk_shared_objects(site):
+    for relative, full in walk_shared_objects(site, notes):
         parts = Path(relative).parts
         library = loader.library(full)
         if parts[0] == "torch" and (len(parts) == 2 or parts[1] == "lib"):
