@@ -42,6 +42,7 @@ class Case:
     libraries: tuple[str, ...]
     defines: tuple[str, ...] = ()
     pin_next_patch: bool = False  # its distribution pins torch==X.Y.(Z+1)
+    helpers: str | None = None  # how its C helper libraries are laid out and linked (see `build_helpers`)
 
     @property
     def registers(self) -> bool:
@@ -58,7 +59,41 @@ CASES = {
     "thp-c10d-removed": Case("thp_c10d.cpp", True, ("c10", "torch_cpu", "torch_python"), ("REMOVED",)),
     "thp-without-libtorch-python": Case("thp_c10d.cpp", True, ("c10", "torch_cpu")),
     "operators-pinned-next-patch": Case("operators.cpp", True, ("c10", "torch", "torch_cpu"), pin_next_patch=True),
+    # Issue 34: libraries ld.so does not find (each "cannot open shared object file"), and one it does.
+    "helper-absent": Case("helpers.cpp", True, ("c10",), helpers="absent"),
+    "helper-beside-no-origin": Case("helpers.cpp", True, ("c10",), helpers="beside"),
+    "helper-dep-via-runpath": Case("helpers.cpp", True, ("c10",), helpers="runpath"),
+    "helper-runpath-hides-rpath": Case("helpers.cpp", True, ("c10",), helpers="helper-runpath"),
+    "helper-dep-via-rpath": Case("helpers.cpp", True, ("c10",), helpers="rpath"),
 }
+MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
+           "helper-beside-no-origin": ("libgt_helper.so", "_ext.so"),
+           "helper-dep-via-runpath": ("libgt_deep.so", "h/libgt_helper.so"),
+           "helper-runpath-hides-rpath": ("libgt_deep.so", "h/libgt_helper.so")}
+
+
+def _gcc(directory: Path, source: str, output: str, *flags: str) -> None:
+    (directory / output).parent.mkdir(parents=True, exist_ok=True)
+    (directory / f"{output}.c").write_text(source)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"{output}.c", "-o", output, *flags], cwd=directory, check=True)
+    (directory / f"{output}.c").unlink()
+
+
+def build_helpers(layout: str, directory: Path) -> list[str]:
+    """Build the helper libraries of a layout in the extension's directory; the extension's link flags."""
+    helper, deep = "int helper_value(void) { return 5; }\n", "int deep_value(void) { return 3; }\n"
+    uses_deep = "int deep_value(void);\nint helper_value(void) { return deep_value() + 2; }\n"
+    if layout == "absent":  # linked against a library that is not shipped (libcudart.so.11.0 on a CUDA 12 host)
+        _gcc(directory, helper, "build/libxla_images_absent.so.11", "-Wl,-soname,libxla_images_absent.so.11")
+        return [f"-L{directory / 'build'}", "-l:libxla_images_absent.so.11"]
+    if layout == "beside":  # beside the extension, no RPATH/RUNPATH: ld.so has no implicit $ORIGIN
+        _gcc(directory, helper, "libgt_helper.so")
+        return [f"-L{directory}", "-lgt_helper"]
+    _gcc(directory, deep, "deep/libgt_deep.so")
+    own = ["-Wl,--enable-new-dtags,-rpath,/nonexistent"] if layout == "helper-runpath" else []
+    _gcc(directory, uses_deep, "h/libgt_helper.so", "-Ldeep", "-lgt_deep", *own)
+    tags = "--enable-new-dtags" if layout == "runpath" else "--disable-new-dtags"
+    return [f"-L{directory / 'h'}", "-lgt_helper", f"-Wl,{tags},-rpath,$ORIGIN/h:$ORIGIN/deep"]
 
 
 def _torch_package() -> Path | None:
@@ -73,12 +108,15 @@ pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable
 
 def compile_case(name: str, case: Case, output: Path) -> Path:
     include = TORCH / "include"
+    helpers = build_helpers(case.helpers, output.parent) if case.helpers else []
     command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}",
                *(f"-D{define}" for define in case.defines), f"-I{include}",
                f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCES / case.source), "-o", str(output),
-               f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries)]
+               f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries), *helpers]
     completed = subprocess.run(command, capture_output=True, text=True)
     assert completed.returncode == 0, f"{name}: {completed.stderr[-2000:]}"
+    if case.helpers == "absent":
+        (output.parent / "build" / "libxla_images_absent.so.11").unlink()
     return output
 
 
@@ -162,6 +200,18 @@ def test_each_class_of_issue_20_gets_its_verdict(report: abi.CheckReport) -> Non
     assert verdicts["operators-cxx11"].registers_operators
     providers = dict(verdicts["thp-c10d"].providers)
     assert any(name.endswith("libtorch_python.so") for name in providers), providers
+
+
+def test_each_library_ld_so_cannot_find_is_a_missing_library_naming_it(report: abi.CheckReport) -> None:
+    """Issue 34: the object, the soname and the directories searched; the RPATH control loads."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    for name, (soname, needed_by) in MISSING.items():
+        extension = verdicts[name]
+        assert extension.verdict == abi.MISSING_LIBRARY, (name, extension)
+        (line,) = extension.libraries_not_found
+        assert line.startswith(f"{soname} (needed by {HARNESS}/{name}/{needed_by}; searched /"), line
+    assert verdicts["helper-dep-via-rpath"].verdict == abi.COMPATIBLE
+    assert report.verdict != abi.COMPATIBLE
 
 
 def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Path, tmp_path: Path) -> None:

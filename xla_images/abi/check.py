@@ -10,6 +10,7 @@ is only blamed when it is one of torch's own entities or has a twin; the others 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -19,17 +20,18 @@ from .headers import header_evidence
 from .files import WalkNotes, missing_path_error, walk_shared_objects
 from .inspection import classify_dynamic, outside_remark, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
-    is_python_symbol, version_defined
+    is_python_symbol, library_path_of, version_defined
 from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_key, demangle, is_torch_entity, \
     symbol_abi
 from .metadata import Distribution, distributions_of, installed_torch_version
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, built_with, extension_verdict, site_verdict
-from .words import ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, FROM_CUDA_STUB, VERSION_MISMATCH, usage_error
+from .words import ABI_MISMATCH, COMPATIBLE, MISSING_LIBRARY, CUDA_STUB_PREFIX, FROM_CUDA_STUB, VERSION_MISMATCH, usage_error
 
 
 def host_system() -> SystemLibraries:
-    """This machine's system libraries (ld.so.conf, then the default directories)."""
-    return SystemLibraries(configured_directories("/"))
+    """This machine's system libraries (ld.so.conf, then the default directories), and the LD_LIBRARY_PATH of the
+    caller's environment (the python that imports inherits it)."""
+    return SystemLibraries(configured_directories("/"), library_path_of(os.environ))
 
 
 def check_site_packages(path: Path, system: SystemLibraries | None = None, *,
@@ -89,13 +91,17 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
     linking = [(relative, library) for relative, library in others if _links_torch(relative, library, torch_names)]
     owners = distributions_of(site, {relative for relative, _ in linking})
     extensions = []
+    python_texts: dict[str, str] = {}
     for relative, library in linking:
-        local, not_found = loader.closure([library], extra_directories=[str(library.path.parent)])
+        local, not_found = loader.closure([library], package_preloads(site, relative, others, python_texts))
         scope = Scope(_unique([*global_libraries, *local]), [*global_missing, *not_found])
         scope_ok = scope.complete and system.known
+        missing_library = system.known and not scope.complete
         uses_stub = stub if stub is not None and _loads_after_cuda_stub(relative) else None
         checked = _check_extension(relative, library, scope, scope_ok, torch_keys, twins, uses_stub)
         checked = _with_distribution(checked, owners.get(relative), torch_version)
+        if missing_library:  # ld.so stops at the first library it cannot open: nothing else matters
+            checked = replace(checked, verdict=MISSING_LIBRARY)
         extensions.append(_with_headers(checked, library, site / "torch" / "include", torch_version))
     torch_abi = package_abi(classify_dynamic(library.symbols(), library.display) for library in torch)
     extensions = _demangle_missing(extensions)
@@ -118,6 +124,44 @@ def _split_site(site: Path, loader: Loader, notes: WalkNotes) -> tuple[list[Libr
         elif parts[0] != "torch":
             others.append((relative, library))
     return torch, others
+
+
+def package_preloads(site: Path, relative: str, others: Sequence[tuple[str, Library]],
+                     texts: dict[str, str]) -> dict[str, Library]:
+    """Libraries of the extension's own top-level package that its python code loads by path before importing it
+    (torchaudio: `torch.ops.load_library(_get_lib_path("libtorchaudio"))`; ctypes.CDLL(...)): those whose file name
+    without `.so` appears quoted in a .py file of the package. ld.so then finds them by soname; a library beside
+    the extension that no code names is not loaded (no implicit $ORIGIN)."""
+    package = Path(relative).parts[0]
+    if package == relative:
+        return {}
+    if package not in texts:
+        texts[package] = _python_text(site / package)
+    text = texts[package]
+    found: dict[str, Library] = {}
+    for other, library in others:
+        stem = os.path.basename(other).split(".so", 1)[0]
+        if other != relative and other.startswith(package + "/") and re.search(
+                rf"[\"'/]{re.escape(stem)}[\"'.]", text):
+            found.setdefault(library.name, library)
+            found.setdefault(library.path.name, library)
+    return found
+
+
+def _python_text(package: Path, limit: int = 64 << 20) -> str:
+    """The python source of a package, bounded (a package is read for names, never whole beyond `limit`)."""
+    parts, total = [], 0
+    for path in sorted(package.rglob("*.py")):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(max(limit - total, 0))
+        except OSError:
+            continue
+        total += len(data)
+        parts.append(data.decode("utf-8", "replace"))
+        if total >= limit:
+            break
+    return "\n".join(parts)
 
 
 def _unique(libraries: Sequence[Library]) -> list[Library]:
@@ -204,7 +248,7 @@ def _check_extension(relative: str, library: Library, scope: Scope, scope_ok: bo
         tuple(sorted(missing, key=lambda item: (item.problem, item.symbol))),
         tuple(sorted(from_stub, key=lambda item: item.symbol)), registers_operators=registers, symbols=judged,
         providers=tuple(providers.items()), unjudged=unjudged,
-        libraries_not_found=tuple(f"{name} (needed by {by})" for name, by in scope.not_found))
+        libraries_not_found=tuple(str(item) for item in scope.not_found))
 
 
 def _judge_missing(name: str, scope_ok: bool, twins: _TwinIndex) -> MissingSymbol | None:

@@ -74,11 +74,6 @@ class ElfDynamic:
     version_defs: tuple[str, ...] = ()  # versions this object defines (GLIBCXX_3.4.30 ...)
     mentions: bytes = b""  # the dynamic string table, kept only by `read_link_summary`
 
-    @property
-    def search_path(self) -> tuple[str, ...]:
-        """This object's own search path: DT_RUNPATH, else DT_RPATH."""
-        return self.runpath or self.rpath
-
 
 @dataclass(frozen=True)
 class _Layout:

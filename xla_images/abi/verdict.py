@@ -8,6 +8,8 @@ Verdicts (a prediction of the real import; exit codes of `abi check`):
   (torchvision 0.22.1 pins torch==2.7.1; beside 2.7.0 it loads and runs). pip would refuse the set; the loader
   does not.
 * ``abi mismatch`` (exit 1): symbols are exported only with the other `_GLIBCXX_USE_CXX11_ABI` mangling.
+* ``missing library`` (exit 1): a DT_NEEDED library of the extension (or of what it loads, or of torch's global
+  dependencies) is found nowhere in ld.so's search order: the import fails with "cannot open shared object file".
 * ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
   ABI; or every symbol resolves but the distribution pins another X.Y torch release, whose headers (struct
   layouts, inline code, operator schemas) it was compiled against.
@@ -20,7 +22,8 @@ from typing import Sequence
 from .headers import OTHER
 from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
-from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, PIN_MISMATCH, VERSION_MISMATCH, some)
+from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH, VERSION_MISMATCH,
+                    some)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     broken = [extension for extension in extensions if extension.verdict not in LOADS]
     if not broken:
         return _loads(extensions, torch_abi, torch_version)
+    unloadable = [extension for extension in broken if extension.verdict == MISSING_LIBRARY]
+    if unloadable:
+        return MISSING_LIBRARY, "missing library: " + "; ".join(
+            f"{extension.path} cannot load: {some(list(extension.libraries_not_found), 2)}" for extension in unloadable)
     abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
     if abi_broken:
         lines = []

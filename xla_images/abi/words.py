@@ -23,6 +23,8 @@ VERSION_MISMATCH = "version mismatch"
 # Every symbol resolves and the extension was built for this torch release (X.Y), but its metadata pins another
 # patch release (torchvision 0.22.1 pins torch==2.7.1, beside 2.7.0): it loads and runs; pip would refuse it.
 PIN_MISMATCH = "pin mismatch"
+# A DT_NEEDED name ld.so finds nowhere (its search order: loader.Loader): "cannot open shared object file".
+MISSING_LIBRARY = "missing library"
 LOADS = frozenset({COMPATIBLE, PIN_MISMATCH})
 
 # What a missing symbol is (MissingSymbol.problem), besides ABI_MISMATCH and VERSION_MISMATCH.
