@@ -15,6 +15,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ mirror = abi_mixes.mirror  # hard-linked copies: check does not follow directory
 
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"
 HARNESS = "harness"
+THIS_PYTHON = f"cpython-{sys.version_info[0]}{sys.version_info[1]}"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ class Case:
     defines: tuple[str, ...] = ()
     pin_next_patch: bool = False  # its distribution pins torch==X.Y.(Z+1)
     helpers: str | None = None  # how its C helper libraries are laid out and linked (see `build_helpers`)
+    python_tag: str | None = None  # a python extension module named _ext.<tag>-x86_64-linux-gnu.so, imported
+
+    @property
+    def filename(self) -> str:
+        return f"_ext.{self.python_tag}-x86_64-linux-gnu.so" if self.python_tag else "_ext.so"
 
     @property
     def registers(self) -> bool:
@@ -65,6 +72,10 @@ CASES = {
     "helper-dep-via-runpath": Case("helpers.cpp", True, ("c10",), helpers="runpath"),
     "helper-runpath-hides-rpath": Case("helpers.cpp", True, ("c10",), helpers="helper-runpath"),
     "helper-dep-via-rpath": Case("helpers.cpp", True, ("c10",), helpers="rpath"),
+    # Issue 34: the interpreter is a provider.
+    "python-module": Case("python_api.cpp", True, ("c10",), python_tag=THIS_PYTHON),
+    "python-newer-c-api": Case("python_api.cpp", True, ("c10",), ("NEWER_API",), python_tag=THIS_PYTHON),
+    "python-tagged-313": Case("python_api.cpp", True, ("c10",), python_tag="cpython-313"),
 }
 MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
            "helper-beside-no-origin": ("libgt_helper.so", "_ext.so"),
@@ -109,7 +120,8 @@ pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable
 def compile_case(name: str, case: Case, output: Path) -> Path:
     include = TORCH / "include"
     helpers = build_helpers(case.helpers, output.parent) if case.helpers else []
-    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}",
+    python = [f"-I{sysconfig.get_paths()['include']}"] if case.python_tag else []
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}", *python,
                *(f"-D{define}" for define in case.defines), f"-I{include}",
                f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCES / case.source), "-o", str(output),
                f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries), *helpers]
@@ -142,13 +154,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, case in CASES.items():
         (root / HARNESS / name).mkdir(parents=True)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda item: compile_case(item[0], item[1], root / HARNESS / item[0] / "_ext.so"),
+        list(pool.map(lambda item: compile_case(item[0], item[1], root / HARNESS / item[0] / item[1].filename),
                       CASES.items()))
     for name, case in CASES.items():
         distribution = f"xla_images_harness_{name.replace('-', '_')}-1.0"
         info = root / f"{distribution}.dist-info"
         info.mkdir()
-        (info / "RECORD").write_text(f"{HARNESS}/{name}/_ext.so,,\n")
+        (info / "RECORD").write_text(f"{HARNESS}/{name}/{case.filename},,\n")
         pin = f"Requires-Dist: torch=={next_patch(torch_version())}\n" if case.pin_next_patch else ""
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n{pin}")
     return root
@@ -162,10 +174,12 @@ def report(site: Path) -> abi.CheckReport:
     return checked
 
 
-def load_for_real(path: Path, registers: bool) -> subprocess.CompletedProcess:
-    """`import torch`, then dlopen the extension as python imports one (RTLD_NOW | RTLD_LOCAL) and call it."""
-    code = ("import ctypes, os, sys, torch\n"
-            "library = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+def load_for_real(path: Path, registers: bool, module: bool = False) -> subprocess.CompletedProcess:
+    """`import torch`, then dlopen the extension as python imports one (RTLD_NOW | RTLD_LOCAL) and call it; a
+    python module is imported by name from its directory, as python finds one."""
+    load = ("sys.path.insert(0, os.path.dirname(sys.argv[1]))\nimport _ext as library\n" if module else
+            "library = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n")
+    code = ("import ctypes, os, sys, torch\n" + load +
             "assert library.harness_entry() == 0\n"
             "if sys.argv[2] == '1':\n"
             "    assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n")
@@ -175,9 +189,9 @@ def load_for_real(path: Path, registers: bool) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_verdict_equals_the_real_load(site: Path, report: abi.CheckReport, name: str) -> None:
-    relative = f"{HARNESS}/{name}/_ext.so"
+    relative = f"{HARNESS}/{name}/{CASES[name].filename}"
     (extension,) = [item for item in report.extensions if item.path == relative]
-    loaded = load_for_real(site / relative, CASES[name].registers)
+    loaded = load_for_real(site / relative, CASES[name].registers, CASES[name].python_tag is not None)
     real = "loads" if loaded.returncode == 0 else (loaded.stderr.strip().splitlines() or ["?"])[-1]
     predicted = "loads" if extension.verdict in abi.LOADS else "fails"
     print(f"{name}: {extension.verdict} ({extension.symbols} symbols, missing "
@@ -212,6 +226,19 @@ def test_each_library_ld_so_cannot_find_is_a_missing_library_naming_it(report: a
         assert line.startswith(f"{soname} (needed by {HARNESS}/{name}/{needed_by}; searched /"), line
     assert verdicts["helper-dep-via-rpath"].verdict == abi.COMPATIBLE
     assert report.verdict != abi.COMPATIBLE
+
+
+def test_the_interpreter_provides_the_c_api_and_its_tag_is_checked(report: abi.CheckReport) -> None:
+    """Issue 34: C API symbols bind to this python's executable/libpython; one it lacks, or a file tagged for
+    another python, is a python mismatch naming the symbol or the tag."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    module = verdicts["python-module"]
+    assert module.verdict == abi.COMPATIBLE and "python" not in dict(module.providers), module.providers
+    newer = verdicts["python-newer-c-api"]
+    assert newer.verdict == abi.PYTHON_MISMATCH
+    assert [item.symbol for item in newer.missing] == ["PyType_GetFullyQualifiedName"]
+    tagged = verdicts["python-tagged-313"]
+    assert tagged.verdict == abi.PYTHON_MISMATCH and [item.symbol for item in tagged.missing] == ["cpython-313"]
 
 
 def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Path, tmp_path: Path) -> None:

@@ -20,12 +20,14 @@ from .headers import header_evidence
 from .files import WalkNotes, missing_path_error, walk_shared_objects
 from .inspection import classify_dynamic, outside_remark, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
-    is_python_symbol, library_path_of, version_defined
+    Interpreter, built_for_other_python, find_interpreter, is_python_symbol, library_path_of, \
+    version_defined
 from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_key, demangle, is_torch_entity, \
     symbol_abi
 from .metadata import Distribution, distributions_of, installed_torch_version
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, built_with, extension_verdict, site_verdict
-from .words import ABI_MISMATCH, COMPATIBLE, MISSING_LIBRARY, CUDA_STUB_PREFIX, FROM_CUDA_STUB, VERSION_MISMATCH, usage_error
+from .words import ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, FROM_CUDA_STUB, MISSING_LIBRARY, PYTHON_MISMATCH, \
+    VERSION_MISMATCH, usage_error
 
 
 def host_system() -> SystemLibraries:
@@ -86,7 +88,9 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
     torch_names = {name for library in torch for name in (library.path.name, library.summary().soname) if name}
     twins = _TwinIndex(name for library in torch for name in library.symbols().defined)
     stub = next((library for relative, library in others if _is_cuda_stub(relative)), None)
-    global_libraries, global_missing = loader.global_scope(site / "torch" / "lib")
+    interpreter = find_interpreter(site) if system.known else None
+    global_libraries, global_missing = loader.global_scope(site / "torch" / "lib",
+                                                           interpreter.path if interpreter else None)
     torch_version = installed_torch_version(site)
     linking = [(relative, library) for relative, library in others if _links_torch(relative, library, torch_names)]
     owners = distributions_of(site, {relative for relative, _ in linking})
@@ -98,7 +102,7 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
         scope_ok = scope.complete and system.known
         missing_library = system.known and not scope.complete
         uses_stub = stub if stub is not None and _loads_after_cuda_stub(relative) else None
-        checked = _check_extension(relative, library, scope, scope_ok, torch_keys, twins, uses_stub)
+        checked = _check_extension(relative, library, scope, scope_ok, torch_keys, twins, uses_stub, interpreter)
         checked = _with_distribution(checked, owners.get(relative), torch_version)
         if missing_library:  # ld.so stops at the first library it cannot open: nothing else matters
             checked = replace(checked, verdict=MISSING_LIBRARY)
@@ -211,8 +215,9 @@ class _TwinIndex:
 
 
 def _check_extension(relative: str, library: Library, scope: Scope, scope_ok: bool, torch_keys: set[str],
-                     twins: _TwinIndex, stub: Library | None) -> ExtensionCheck:
-    """Bind each undefined symbol of the extension in its scope's order, and each needed symbol version."""
+                     twins: _TwinIndex, stub: Library | None, interpreter: Interpreter | None) -> ExtensionCheck:
+    """Bind each undefined symbol of the extension in its scope's order, and each needed symbol version. The
+    interpreter heads the scope when it is known: a C API symbol it lacks is a python mismatch."""
     dynamic = library.symbols()
     table = SymbolTable(scope.libraries)
     providers: dict[str, int] = {}
@@ -229,7 +234,11 @@ def _check_extension(relative: str, library: Library, scope: Scope, scope_ok: bo
             torch_bound += os.path.realpath(provider.path) in torch_keys
             continue
         if is_python_symbol(symbol.name):
-            providers["python"] = providers.get("python", 0) + 1
+            if interpreter is None:  # judged by its name only
+                providers["python"] = providers.get("python", 0) + 1
+            else:
+                missing.append(MissingSymbol(symbol.name, f"{symbol.name} (not in {interpreter.path}, "
+                                             f"{interpreter.tag})", PYTHON_MISMATCH))
             continue
         if stub is not None and symbol.name in stub.symbols().defined:
             from_stub.append(MissingSymbol(symbol.name, symbol.name, FROM_CUDA_STUB))
@@ -242,6 +251,10 @@ def _check_extension(relative: str, library: Library, scope: Scope, scope_ok: bo
         torch_bound += is_torch_entity(symbol.name) or item.problem == ABI_MISMATCH
         missing.append(item)
     missing.extend(_missing_versions(dynamic, table))
+    other_python = built_for_other_python(os.path.basename(relative), interpreter) if interpreter else None
+    if other_python:
+        missing.append(MissingSymbol(other_python, f"file tagged {other_python}, this python is {interpreter.tag}: "
+                                     f"`import` finds no module", PYTHON_MISMATCH))
     registers = any(REGISTERS_OPERATORS.match(symbol.name) for symbol in dynamic.undefined)
     return ExtensionCheck(
         relative, classify_dynamic(dynamic, relative).abi, extension_verdict(missing, None, None), torch_bound,

@@ -25,6 +25,7 @@ import glob
 import os
 import re
 import subprocess
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,11 +228,14 @@ class Loader:
             self.loaded_by_soname.setdefault(library.name, library)
             self.loaded_by_soname.setdefault(library.path.name, library)
 
-    def global_scope(self, torch_lib: Path) -> tuple[list[Library], list[NotFound]]:
-        """The interpreter's libraries, then what torch/__init__.py's _load_global_deps loads RTLD_GLOBAL
-        (libtorch_global_deps.so and its closure), with the CUDA libraries it preloads by path; and the needed
-        names found nowhere."""
+    def global_scope(self, torch_lib: Path, interpreter: Path | None = None
+                     ) -> tuple[list[Library], list[NotFound]]:
+        """The interpreter (the executable, its libpython and libc...; or, when it is not known, the libraries every
+        python links), then what torch/__init__.py's _load_global_deps loads RTLD_GLOBAL (libtorch_global_deps.so
+        and its closure), with the CUDA libraries it preloads by path; and the needed names found nowhere."""
         roots = [self.library(found) for found in map(self.system.find, INTERPRETER_LIBRARIES) if found is not None]
+        if interpreter is not None:
+            roots.insert(0, self.library(interpreter))
         deps = torch_lib / GLOBAL_DEPS
         if not deps.is_file():
             return self.closure(roots)
@@ -331,6 +335,60 @@ def version_defined(library: Library, version: str) -> bool | None:
     """Does the library define that symbol version? None when it defines none (glibc then only warns)."""
     versions = library.symbols().version_defs
     return None if not versions else version in versions
+
+
+_TAGGED = re.compile(r"\.cpython-([0-9])([0-9]+)[a-z]*-")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The python that imports: its executable (whose dynamic closure provides the C API) and its version."""
+
+    path: Path
+    version: tuple[int, int]
+
+    @property
+    def tag(self) -> str:
+        return f"cpython-{self.version[0]}{self.version[1]}"
+
+
+def find_interpreter(site: Path) -> Interpreter | None:
+    """The python that imports from site: a venv's (pyvenv.cfg's `executable`, else bin/python3), the system
+    python of a /usr/lib/python3.X or /usr/local/lib/python3.X site, else the caller's own (`sys.executable`)."""
+    version = re.search(r"/python([0-9])\.([0-9]+)/", str(site) + "/")
+    wanted = (int(version.group(1)), int(version.group(2))) if version else sys.version_info[:2]
+    root = site.parents[2] if len(site.parents) > 2 else site
+    name = f"python{wanted[0]}.{wanted[1]}"
+    system = [root / "bin" / name, Path("/usr/local/bin", name), Path("/usr/bin", name)]
+    # A site named by no python version (pip install --target DIR) is imported by the caller's python.
+    candidates = [*_venv_executables(root), *(system if version else ()), Path(sys.executable), *system]
+    for candidate in candidates:
+        real = Path(os.path.realpath(candidate))
+        named = re.fullmatch(r"python([0-9])\.([0-9]+)", real.name)
+        found = (int(named.group(1)), int(named.group(2))) if named else (
+            sys.version_info[:2] if real == Path(os.path.realpath(sys.executable)) else None)
+        if found == wanted and real.is_file() and is_elf(real):
+            return Interpreter(real, found)
+    return None
+
+
+def _venv_executables(root: Path) -> list[Path]:
+    try:
+        with open(root / "pyvenv.cfg", encoding="utf-8", errors="replace") as handle:
+            text = handle.read(1 << 16)
+    except OSError:
+        return []
+    found = [Path(match.strip()) for match in re.findall(r"^executable\s*=\s*(.+)$", text, re.MULTILINE)]
+    return [*found, root / "bin" / "python3"]
+
+
+def built_for_other_python(file_name: str, interpreter: Interpreter) -> str | None:
+    """The ABI tag of an extension's file name when it names another python (`.cpython-313-...so` beside 3.11):
+    the import system never loads it (ModuleNotFoundError)."""
+    match = _TAGGED.search(file_name)
+    if match and (int(match.group(1)), int(match.group(2))) != interpreter.version:
+        return f"cpython-{match.group(1)}{match.group(2)}"
+    return None
 
 
 def is_python_symbol(name: str) -> bool:

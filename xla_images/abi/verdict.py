@@ -10,6 +10,8 @@ Verdicts (a prediction of the real import; exit codes of `abi check`):
 * ``abi mismatch`` (exit 1): symbols are exported only with the other `_GLIBCXX_USE_CXX11_ABI` mangling.
 * ``missing library`` (exit 1): a DT_NEEDED library of the extension (or of what it loads, or of torch's global
   dependencies) is found nowhere in ld.so's search order: the import fails with "cannot open shared object file".
+* ``python mismatch`` (exit 1): the python that imports does not export a C API symbol the extension needs, or
+  the extension's file is tagged for another python (cpython-313 beside 3.11).
 * ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
   ABI; or every symbol resolves but the distribution pins another X.Y torch release, whose headers (struct
   layouts, inline code, operator schemas) it was compiled against.
@@ -22,8 +24,8 @@ from typing import Sequence
 from .headers import OTHER
 from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
-from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH, VERSION_MISMATCH,
-                    some)
+from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH, PYTHON_MISMATCH,
+                    VERSION_MISMATCH, some)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ def extension_verdict(missing: Sequence[MissingSymbol], requires_torch: str | No
     this X.Y a pin mismatch (it loads)."""
     if any(item.problem == ABI_MISMATCH for item in missing):
         return ABI_MISMATCH
+    if any(item.problem == PYTHON_MISMATCH for item in missing):
+        return PYTHON_MISMATCH
     if missing:
         return VERSION_MISMATCH
     if requires_torch and torch_version and not same_release(requires_torch, torch_version):
@@ -141,6 +145,12 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     if unloadable:
         return MISSING_LIBRARY, "missing library: " + "; ".join(
             f"{extension.path} cannot load: {some(list(extension.libraries_not_found), 2)}" for extension in unloadable)
+    python_broken = [extension for extension in broken if extension.verdict == PYTHON_MISMATCH]
+    if python_broken and not any(extension.verdict == ABI_MISMATCH for extension in broken):
+        return PYTHON_MISMATCH, "python mismatch: " + "; ".join(
+            f"{extension.path} needs what this python does not offer: "
+            f"{some([item.demangled for item in extension.missing if item.problem == PYTHON_MISMATCH], 2)}"
+            for extension in python_broken)
     abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
     if abi_broken:
         lines = []

@@ -25,6 +25,9 @@ VERSION_MISMATCH = "version mismatch"
 PIN_MISMATCH = "pin mismatch"
 # A DT_NEEDED name ld.so finds nowhere (its search order: loader.Loader): "cannot open shared object file".
 MISSING_LIBRARY = "missing library"
+# The python that imports lacks a C API symbol the extension needs (PyType_GetFullyQualifiedName, new in 3.13, on
+# 3.11: "undefined symbol"), or the extension's file is tagged for another python (cpython-313 on 3.11).
+PYTHON_MISMATCH = "python mismatch"
 LOADS = frozenset({COMPATIBLE, PIN_MISMATCH})
 
 # What a missing symbol is (MissingSymbol.problem), besides ABI_MISMATCH and VERSION_MISMATCH.
