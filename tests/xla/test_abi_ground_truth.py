@@ -76,6 +76,9 @@ CASES = {
     "python-module": Case("python_api.cpp", True, ("c10",), python_tag=THIS_PYTHON),
     "python-newer-c-api": Case("python_api.cpp", True, ("c10",), ("NEWER_API",), python_tag=THIS_PYTHON),
     "python-tagged-313": Case("python_api.cpp", True, ("c10",), python_tag="cpython-313"),
+    # Issue 34: the layout case (only ABI-neutral symbols; the other flag crashes on the first call), and its control.
+    "layout-other-abi": Case("layout.cpp", False, ("c10", "torch_cpu")),
+    "layout-same-abi": Case("layout.cpp", True, ("c10", "torch_cpu")),
 }
 MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
            "helper-beside-no-origin": ("libgt_helper.so", "_ext.so"),
@@ -83,38 +86,7 @@ MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
            "helper-runpath-hides-rpath": ("libgt_deep.so", "h/libgt_helper.so")}
 
 
-def _gcc(directory: Path, source: str, output: str, *flags: str) -> None:
-    (directory / output).parent.mkdir(parents=True, exist_ok=True)
-    (directory / f"{output}.c").write_text(source)
-    subprocess.run(["gcc", "-shared", "-fPIC", f"{output}.c", "-o", output, *flags], cwd=directory, check=True)
-    (directory / f"{output}.c").unlink()
-
-
-def build_helpers(layout: str, directory: Path) -> list[str]:
-    """Build the helper libraries of a layout in the extension's directory; the extension's link flags."""
-    helper, deep = "int helper_value(void) { return 5; }\n", "int deep_value(void) { return 3; }\n"
-    uses_deep = "int deep_value(void);\nint helper_value(void) { return deep_value() + 2; }\n"
-    if layout == "absent":  # linked against a library that is not shipped (libcudart.so.11.0 on a CUDA 12 host)
-        _gcc(directory, helper, "build/libxla_images_absent.so.11", "-Wl,-soname,libxla_images_absent.so.11")
-        return [f"-L{directory / 'build'}", "-l:libxla_images_absent.so.11"]
-    if layout == "beside":  # beside the extension, no RPATH/RUNPATH: ld.so has no implicit $ORIGIN
-        _gcc(directory, helper, "libgt_helper.so")
-        return [f"-L{directory}", "-lgt_helper"]
-    _gcc(directory, deep, "deep/libgt_deep.so")
-    own = ["-Wl,--enable-new-dtags,-rpath,/nonexistent"] if layout == "helper-runpath" else []
-    _gcc(directory, uses_deep, "h/libgt_helper.so", "-Ldeep", "-lgt_deep", *own)
-    tags = "--enable-new-dtags" if layout == "runpath" else "--disable-new-dtags"
-    return [f"-L{directory / 'h'}", "-lgt_helper", f"-Wl,{tags},-rpath,$ORIGIN/h:$ORIGIN/deep"]
-
-
-def _torch_package() -> Path | None:
-    spec = importlib.util.find_spec("torch")
-    return Path(spec.origin).parent if spec and spec.origin else None
-
-
-TORCH = _torch_package()
-pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable by {sys.executable}"),
-              pytest.mark.skipif(not (TORCH and (TORCH / "include").is_dir()), reason="torch has no headers")]
+build_helpers = abi_mixes.build_helpers  # one definition of the layouts, shared with the benchmark
 
 
 def compile_case(name: str, case: Case, output: Path) -> Path:
@@ -226,6 +198,15 @@ def test_each_library_ld_so_cannot_find_is_a_missing_library_naming_it(report: a
         assert line.startswith(f"{soname} (needed by {HARNESS}/{name}/{needed_by}; searched /"), line
     assert verdicts["helper-dep-via-rpath"].verdict == abi.COMPATIBLE
     assert report.verdict != abi.COMPATIBLE
+
+
+def test_an_extension_compiled_with_the_other_abi_flag_is_a_layout_mismatch(report: abi.CheckReport) -> None:
+    """Issue 34: every symbol resolves (none shows the ABI in its name), the evidence is the extension's own."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    other = verdicts["layout-other-abi"]
+    assert other.verdict == abi.ABI_LAYOUT and not other.missing, other
+    assert other.layout_evidence.startswith("pre-cxx11") and "torch is cxx11" in other.layout_evidence
+    assert verdicts["layout-same-abi"].verdict == abi.COMPATIBLE
 
 
 def test_the_interpreter_provides_the_c_api_and_its_tag_is_checked(report: abi.CheckReport) -> None:

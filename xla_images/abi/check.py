@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .elf import ElfDynamic
-from .headers import header_evidence
+from .headers import header_evidence, recorded_abi
 from .files import WalkNotes, missing_path_error, walk_shared_objects
-from .inspection import classify_dynamic, outside_remark, package_abi
+from .inspection import STD_REFERENCES_BASIS, classify_dynamic, outside_remark, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
     Interpreter, built_for_other_python, find_interpreter, is_python_symbol, library_path_of, \
     version_defined
@@ -26,8 +26,8 @@ from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_ke
     symbol_abi
 from .metadata import Distribution, distributions_of, installed_torch_version
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, built_with, extension_verdict, site_verdict
-from .words import ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, FROM_CUDA_STUB, MISSING_LIBRARY, PYTHON_MISMATCH, \
-    VERSION_MISMATCH, usage_error
+from .words import ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, CXX11, FROM_CUDA_STUB, LOADS, \
+    MISSING_LIBRARY, PRE_CXX11, PYTHON_MISMATCH, VERSION_MISMATCH, usage_error
 
 
 def host_system() -> SystemLibraries:
@@ -87,6 +87,7 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
     torch_keys = {os.path.realpath(library.path) for library in torch}
     torch_names = {name for library in torch for name in (library.path.name, library.summary().soname) if name}
     twins = _TwinIndex(name for library in torch for name in library.symbols().defined)
+    torch_abi = package_abi(classify_dynamic(library.symbols(), library.display) for library in torch)
     stub = next((library for relative, library in others if _is_cuda_stub(relative)), None)
     interpreter = find_interpreter(site) if system.known else None
     global_libraries, global_missing = loader.global_scope(site / "torch" / "lib",
@@ -106,8 +107,8 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
         checked = _with_distribution(checked, owners.get(relative), torch_version)
         if missing_library:  # ld.so stops at the first library it cannot open: nothing else matters
             checked = replace(checked, verdict=MISSING_LIBRARY)
-        extensions.append(_with_headers(checked, library, site / "torch" / "include", torch_version))
-    torch_abi = package_abi(classify_dynamic(library.symbols(), library.display) for library in torch)
+        checked = _with_headers(checked, library, site / "torch" / "include", torch_version)
+        extensions.append(_with_layout(checked, library, torch_abi))
     extensions = _demangle_missing(extensions)
     verdict, summary = site_verdict(extensions, torch_abi, torch_version)
     summary += outside_remark(notes)
@@ -316,6 +317,35 @@ def _with_headers(extension: ExtensionCheck, library: Library, include: Path,
         verdict = VERSION_MISMATCH
     return replace(extension, verdict=verdict, headers=evidence.verdict, header_sites=evidence.sites,
                    header_differences=evidence.differing)
+
+
+def _with_layout(extension: ExtensionCheck, library: Library, torch_abi: str) -> ExtensionCheck:
+    """An extension that loads but was compiled with the other _GLIBCXX_USE_CXX11_ABI than torch: every symbol may
+    resolve (ABI-neutral names: c10::Dispatcher::findSchema(c10::OperatorName const&) passes a std::string inside
+    a struct), and the first call reads a string of the other layout (SIGSEGV). Judged from the evidence in the
+    binary (`own_abi`)."""
+    if extension.verdict not in LOADS or torch_abi not in (CXX11, PRE_CXX11):
+        return extension
+    own = own_abi(library)
+    if own is None or own[0] == torch_abi:
+        return extension
+    return replace(extension, verdict=ABI_LAYOUT, layout_evidence=f"{own[0]}: {own[1]}; torch is {torch_abi}")
+
+
+def own_abi(library: Library) -> tuple[str, str] | None:
+    """The ABI an extension's own code was compiled with, and the evidence: the recorded build flag; else its
+    symbols, when they show one ABI (interface, std instantiations or references into libstdc++: see
+    inspection.SharedObjectReport); else C++11-ABI type names in its strings. None when nothing shows one."""
+    report = classify_dynamic(library.symbols(), library.display)
+    decided = report.abi in (CXX11, PRE_CXX11)
+    if decided and report.abi_basis != STD_REFERENCES_BASIS:  # cheap and decisive: no need to read the binary
+        return report.abi, f"its symbols ({report.abi_basis}) use the {report.abi} ABI"
+    recorded = recorded_abi(library.path)
+    if recorded is not None and recorded[1].startswith("built with"):
+        return recorded
+    if decided:
+        return report.abi, f"its references into libstdc++ use the {report.abi} ABI"
+    return recorded
 
 
 def _demangle_missing(extensions: list[ExtensionCheck]) -> list[ExtensionCheck]:

@@ -10,6 +10,8 @@ Verdicts (a prediction of the real import; exit codes of `abi check`):
 * ``abi mismatch`` (exit 1): symbols are exported only with the other `_GLIBCXX_USE_CXX11_ABI` mangling.
 * ``missing library`` (exit 1): a DT_NEEDED library of the extension (or of what it loads, or of torch's global
   dependencies) is found nowhere in ld.so's search order: the import fails with "cannot open shared object file".
+* ``abi mismatch (layout)`` (exit 1): every symbol resolves, but the extension's own code was compiled with the
+  other `_GLIBCXX_USE_CXX11_ABI` (evidence: its recorded build flag, its symbols, its strings).
 * ``python mismatch`` (exit 1): the python that imports does not export a C API symbol the extension needs, or
   the extension's file is tagged for another python (cpython-313 beside 3.11).
 * ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
@@ -24,8 +26,8 @@ from typing import Sequence
 from .headers import OTHER
 from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
-from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH, PYTHON_MISMATCH,
-                    VERSION_MISMATCH, some)
+from .words import (ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH,
+                    PYTHON_MISMATCH, VERSION_MISMATCH, some)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class ExtensionCheck:
     symbols: int = 0  # undefined symbols judged (weak ones are not: they may stay unbound)
     providers: tuple[tuple[str, int], ...] = ()  # (library, symbols it provides), in load order
     unjudged: int = 0  # symbols found nowhere that the check cannot blame (the load order is incomplete)
-    libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X)")
+    libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X; searched..)")
+    layout_evidence: str | None = None  # why its own code has the other ABI than torch (verdict ABI_LAYOUT)
     headers: str | None = None  # headers.SAME / headers.OTHER: the torch headers it was compiled against, if known
     header_sites: int = 0  # assertion sites of torch headers found in the binary
     header_differences: tuple[str, ...] = ()  # sites this torch's headers do not hold ("ATen/core/ivalue.h:1352")
@@ -80,7 +83,8 @@ class ExtensionCheck:
     def to_json(self) -> dict:
         return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
                 "symbols": self.symbols, "providers": dict(self.providers), "unjudged": self.unjudged,
-                "libraries_not_found": list(self.libraries_not_found), "headers": self.headers,
+                "libraries_not_found": list(self.libraries_not_found), "layout_evidence": self.layout_evidence,
+                "headers": self.headers,
                 "header_sites": self.header_sites, "header_differences": list(self.header_differences),
                 "missing": [symbol.to_json() for symbol in self.missing],
                 "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub],
@@ -145,6 +149,11 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     if unloadable:
         return MISSING_LIBRARY, "missing library: " + "; ".join(
             f"{extension.path} cannot load: {some(list(extension.libraries_not_found), 2)}" for extension in unloadable)
+    layout = [extension for extension in broken if extension.verdict == ABI_LAYOUT]
+    if layout and not any(extension.verdict == ABI_MISMATCH for extension in broken):
+        return ABI_LAYOUT, "abi mismatch (layout): " + "; ".join(
+            f"{extension.path} resolves every symbol, but its own code was compiled with the other C++ ABI "
+            f"({extension.layout_evidence}): std::string and what holds one differ in layout" for extension in layout)
     python_broken = [extension for extension in broken if extension.verdict == PYTHON_MISMATCH]
     if python_broken and not any(extension.verdict == ABI_MISMATCH for extension in broken):
         return PYTHON_MISMATCH, "python mismatch: " + "; ".join(

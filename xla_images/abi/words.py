@@ -25,6 +25,9 @@ VERSION_MISMATCH = "version mismatch"
 PIN_MISMATCH = "pin mismatch"
 # A DT_NEEDED name ld.so finds nowhere (its search order: loader.Loader): "cannot open shared object file".
 MISSING_LIBRARY = "missing library"
+# Every symbol resolves, but the extension's own code was compiled with the other _GLIBCXX_USE_CXX11_ABI than torch:
+# std::string and the structs holding one have another layout on each side (the first call crashes).
+ABI_LAYOUT = "abi mismatch (layout)"
 # The python that imports lacks a C API symbol the extension needs (PyType_GetFullyQualifiedName, new in 3.13, on
 # 3.11: "undefined symbol"), or the extension's file is tagged for another python (cpython-313 on 3.11).
 PYTHON_MISMATCH = "python mismatch"
