@@ -31,7 +31,7 @@ from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 
 from elf_mutations import SHDR, VERDEF, VERNEED, compile_library, fixed_bytes, mutate, section_headers, \
-    set_field, version_chain
+    set_field, version_chain, with_version_needs
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "_XLAC.cpython-311-x86_64-linux-gnu.so"
@@ -495,27 +495,6 @@ def test_torch_behind_a_link_out_of_the_tree_is_a_usage_error(seeds: Path, tmp_p
     site.mkdir()
     (site / "torch").symlink_to(real / "torch")
     assert_usage_error(cli("check", str(site)), "no torch library could be read", "torch ->")
-
-
-def with_version_needs(seed: bytes, count: int) -> bytes:
-    """The seed with its version-need table replaced by `count` records (one Elf_Vernaux each) appended at the end
-    of the file, all naming the seed's first needed library and version."""
-    data = bytearray(seed)
-    for start, header in section_headers(seed):
-        if header[1] == VERNEED:
-            _, _, file_name, aux, _ = struct.unpack_from("<HHIII", seed, header[4])
-            hashed, flags, other, name, _ = struct.unpack_from("<IHHII", seed, header[4] + aux)
-            table = bytearray()
-            for number in range(count):
-                table += struct.pack("<HHIII", 1, 1, file_name, 16, 32 if number + 1 < count else 0)
-                table += struct.pack("<IHHII", hashed, flags, other, name, 0)
-            offset = (len(data) + 7) // 8 * 8
-            data += bytes(offset - len(data)) + table
-            set_field(data, start + 0x18, 8, offset)
-            set_field(data, start + 0x20, 8, len(table))
-            set_field(data, start + 0x2C, 4, count)
-            return bytes(data)
-    raise ValueError("the seed has no version needs")
 
 
 def test_many_version_needs_are_read_in_linear_time(seeds: Path, tmp_path: Path) -> None:

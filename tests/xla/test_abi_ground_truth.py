@@ -89,6 +89,16 @@ MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
 build_helpers = abi_mixes.build_helpers  # one definition of the layouts, shared with the benchmark
 
 
+def _torch_package() -> Path | None:
+    spec = importlib.util.find_spec("torch")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+TORCH = _torch_package()
+pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable by {sys.executable}"),
+              pytest.mark.skipif(not (TORCH and (TORCH / "include").is_dir()), reason="torch has no headers")]
+
+
 def compile_case(name: str, case: Case, output: Path) -> Path:
     include = TORCH / "include"
     helpers = build_helpers(case.helpers, output.parent) if case.helpers else []
