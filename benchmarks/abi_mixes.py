@@ -47,17 +47,22 @@ GROUND_TRUTH = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "abi
 BUILT = {HARNESS: ("operators.cpp", (), ("c10", "torch", "torch_cpu")),
          STREAMS: ("thp_c10d.cpp", ("STREAM",), ("c10", "torch_cpu", "torch_python"))}
 # Issue 34's classes, compiled against the host's torch 2.9.0: (source, defines, libraries, helper layout (see
-# build_helpers), _GLIBCXX_USE_CXX11_ABI or None for torch's, a python module?).
+# build_helpers), _GLIBCXX_USE_CXX11_ABI or None for torch's, a python module?, the pybind11 release whose headers
+# it is built with or None for torch's bundled one).
+OTHER_PYBIND11 = "2.13.6"  # internals v4, where torch 2.9's bundled pybind11 3.0.1 has v11
 LOADER_KINDS = {
-    "xla_images_helper_absent": ("helpers.cpp", (), ("c10",), "absent", None, False),
-    "xla_images_helper_beside": ("helpers.cpp", (), ("c10",), "beside", None, False),
-    "xla_images_helper_runpath": ("helpers.cpp", (), ("c10",), "runpath", None, False),
-    "xla_images_helper_own_runpath": ("helpers.cpp", (), ("c10",), "helper-runpath", None, False),
-    "xla_images_helper_rpath": ("helpers.cpp", (), ("c10",), "rpath", None, False),
-    "xla_images_newer_c_api": ("python_api.cpp", ("NEWER_API",), ("c10",), None, None, True),
-    "xla_images_c_api": ("python_api.cpp", (), ("c10",), None, None, True),
-    "xla_images_layout_other": ("layout.cpp", (), ("c10", "torch_cpu"), None, 0, False),
-    "xla_images_layout_same": ("layout.cpp", (), ("c10", "torch_cpu"), None, 1, False),
+    "xla_images_helper_absent": ("helpers.cpp", (), ("c10",), "absent", None, False, None),
+    "xla_images_helper_beside": ("helpers.cpp", (), ("c10",), "beside", None, False, None),
+    "xla_images_helper_runpath": ("helpers.cpp", (), ("c10",), "runpath", None, False, None),
+    "xla_images_helper_own_runpath": ("helpers.cpp", (), ("c10",), "helper-runpath", None, False, None),
+    "xla_images_helper_rpath": ("helpers.cpp", (), ("c10",), "rpath", None, False, None),
+    "xla_images_newer_c_api": ("python_api.cpp", ("NEWER_API",), ("c10",), None, None, True, None),
+    "xla_images_c_api": ("python_api.cpp", (), ("c10",), None, None, True, None),
+    "xla_images_layout_other": ("layout.cpp", (), ("c10", "torch_cpu"), None, 0, False, None),
+    "xla_images_layout_same": ("layout.cpp", (), ("c10", "torch_cpu"), None, 1, False, None),
+    "xla_images_pybind11_other": ("pybind_types.cpp", ("EXCHANGE",), ("c10",), None, None, True, OTHER_PYBIND11),
+    "xla_images_pybind11_other_own_types": ("pybind_types.cpp", (), ("c10",), None, None, True, OTHER_PYBIND11),
+    "xla_images_pybind11_torchs": ("pybind_types.cpp", ("EXCHANGE",), ("c10",), None, None, True, None),
 }
 MODULE = f"_ext.cpython-{sys.version_info[0]}{sys.version_info[1]}-x86_64-linux-gnu.so"
 
@@ -97,7 +102,8 @@ PROBES: dict[str, str] = {
     **{name: ("import os, sys, importlib.util, torch\n"
               f"sys.path.insert(0, os.path.join(os.path.dirname(importlib.util.find_spec('torch')"
               f".submodule_search_locations[0]), '{name}'))\n"
-              "import _ext\nassert _ext.harness_entry() == 0\n")
+              "import _ext\nassert _ext.harness_entry() == 0\n"
+              "assert not hasattr(_ext, 'exchange') or isinstance(_ext.exchange(), torch._C.DispatchKey)\n")
        for name, built in LOADER_KINDS.items() if built[5]},
 }
 
@@ -196,7 +202,10 @@ MIXES: tuple[Mix, ...] = (
         ("xla_images_newer_c_api", "calls PyType_GetFullyQualifiedName (CPython 3.13) under 3.11"),
         ("xla_images_c_api", "control: this python's C API"),
         ("xla_images_layout_other", "pre-C++11 code, ABI-neutral symbols, beside the C++11 torch"),
-        ("xla_images_layout_same", "control: the same with torch's ABI flag"))),
+        ("xla_images_layout_same", "control: the same with torch's ABI flag"),
+        ("xla_images_pybind11_other", f"pybind11 {OTHER_PYBIND11} module returning torch's c10::DispatchKey"),
+        ("xla_images_pybind11_other_own_types", f"pybind11 {OTHER_PYBIND11} module sharing no torch type"),
+        ("xla_images_pybind11_torchs", "control: torch's pybind11, returning c10::DispatchKey"))),
 )
 
 
@@ -226,6 +235,20 @@ def fetch_wheel(requirement: str) -> Path:
         if not found:
             raise RuntimeError(f"cannot download {requirement}: {completed.stderr.strip()[-500:]}")
     return found[0]
+
+
+def pybind11_include(version: str) -> Path:
+    """The include directory of pybind11 `version` (a pure wheel), installed once under WHEELS/overlays."""
+    target = WHEELS / "overlays" / f"pybind11-{version}"
+    if not (target / ".installed").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        completed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                                    "--target", str(target), f"pybind11=={version}"], capture_output=True, text=True,
+                                   timeout=600)
+        if completed.returncode != 0:
+            raise RuntimeError(f"cannot install pybind11=={version}: {completed.stderr.strip()[-500:]}")
+        (target / ".installed").touch()
+    return target / "pybind11" / "include"
 
 
 def overlay(requirement: str) -> Path:
@@ -358,7 +381,8 @@ def build_helpers(layout: str, directory: Path) -> list[str]:
 def compile_extension(kind: str, headers_site: Path, target: Path) -> None:
     """BUILT[kind] (or LOADER_KINDS[kind]) compiled against the torch in headers_site, with that torch's ABI (torch
     2.6: pre-C++11) unless the kind sets its own."""
-    source, defines, libraries, layout, flag, module = LOADER_KINDS.get(kind) or (*BUILT[kind], None, None, False)
+    source, defines, libraries, layout, flag, module, pybind11 = (LOADER_KINDS.get(kind)
+                                                                  or (*BUILT[kind], None, None, False, None))
     torch = headers_site / "torch"
     target.mkdir(parents=True)
     include = torch / "include"
@@ -366,6 +390,8 @@ def compile_extension(kind: str, headers_site: Path, target: Path) -> None:
     flag = flag if flag is not None else 0 if version.startswith("2.6.") else 1
     helpers = build_helpers(layout, target) if layout else []
     python = [f"-I{sysconfig.get_paths()['include']}"] if module else []
+    if pybind11:  # its headers before torch's include tree, which bundles torch's pybind11
+        python.insert(0, f"-I{pybind11_include(pybind11)}")
     command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={flag}", *python,
                *(f"-D{define}" for define in defines), f"-I{include}",
                f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(GROUND_TRUTH / source), "-o",
@@ -391,7 +417,7 @@ def run_mix(mix: Mix, scratch: Path) -> Outcome:
     seconds_real = time.perf_counter() - started
     verdicts = {item.verdict for item in extensions}
     order = (abi.MISSING_LIBRARY, abi.ABI_MISMATCH, abi.ABI_LAYOUT, abi.PYTHON_MISMATCH, abi.VERSION_MISMATCH,
-             abi.PIN_MISMATCH)
+             abi.PYBIND11_MISMATCH, abi.PIN_MISMATCH)
     predicted = next((verdict for verdict in order if verdict in verdicts), abi.COMPATIBLE)
     missing = sorted({item.symbol for extension in extensions for item in extension.missing})
     pins = sorted({f"{item.distribution} pins torch=={item.requires_torch}" for item in extensions
@@ -399,9 +425,10 @@ def run_mix(mix: Mix, scratch: Path) -> Outcome:
     headers = [f"compiled against another torch's headers ({item.header_sites} assertion sites, e.g. "
                f"{item.header_differences[0]} not in this torch's)" for item in extensions if item.other_headers]
     libraries = [line.split(";")[0] + ")" for item in extensions for line in item.libraries_not_found]
-    layouts = [item.layout_evidence for item in extensions if item.layout_evidence]
+    evidence = [f"own ABI {item.layout_evidence}" if item.layout_evidence else str(item.pybind11_evidence)
+                for item in extensions if item.layout_evidence or item.pybind11_evidence]
     reason = ("library not found: " + ", ".join(libraries) if libraries else
-              "own ABI: " + "; ".join(layouts) if layouts else f"{len(missing)} symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
+              "; ".join(evidence) if evidence else f"{len(missing)} symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
               if pins else "; ".join(headers) if headers else "all symbols resolve")
     agree = (predicted in abi.LOADS) == (real == "works")
     if agree and predicted != abi.COMPATIBLE and symbol is not None:

@@ -252,3 +252,21 @@ def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Pat
     mixed = subprocess.run([sys.executable, "-m", "xla_images.abi", "check", str(site)], capture_output=True,
                            text=True, env=environment, timeout=300)
     assert mixed.returncode == 1, mixed.stdout + mixed.stderr
+
+
+@pytest.mark.parametrize("kind, expected", [("xla_images_pybind11_other", abi.PYBIND11_MISMATCH),
+                                            ("xla_images_pybind11_other_own_types", abi.COMPATIBLE),
+                                            ("xla_images_pybind11_torchs", abi.COMPATIBLE)])
+def test_pybind11_internals_matter_only_for_torchs_bound_types(kind: str, expected: str, tmp_path: Path) -> None:
+    """Issue 34: a module built with pybind11 2.13 (internals v4) returning torch's c10::DispatchKey (bound by
+    torch 2.9's pybind11 3.0, internals v11) imports and then fails the call; sharing no torch type, it works; with
+    torch's own pybind11 it works. Compiled and imported for real by abi_mixes (pybind11 2.13.6 from PyPI)."""
+    mix = next(mix for mix in abi_mixes.MIXES if mix.probes == (kind,))
+    try:
+        outcome = abi_mixes.run_mix(mix, tmp_path)
+    except RuntimeError as error:  # pybind11 2.13.6 cannot be downloaded here: in CI that is a failure
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            raise
+        pytest.skip(str(error))
+    print(f"{kind}: {outcome.predicted} ({outcome.reason}); real: {outcome.real}")
+    assert outcome.predicted == expected and outcome.agree, outcome

@@ -35,13 +35,13 @@ from .mangling import abi_neutral_key, count_abi_symbols, demangle, is_torch_ent
     symbol_abi
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, site_verdict
 from .words import (ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, CXX11, FROM_CUDA_STUB, LOADS,
-                    MISSING_LIBRARY, MIXED, NO_STRINGS, PIN_MISMATCH, PRE_CXX11, PYTHON_MISMATCH, RULE_ELF, RULE_IMAGE,
-                    RULE_PATH, RULE_WHEEL, SITE_PACKAGES_GLOBS, VERSION_MISMATCH)
+                    MISSING_LIBRARY, MIXED, NO_STRINGS, PIN_MISMATCH, PRE_CXX11, PYBIND11_MISMATCH, PYTHON_MISMATCH,
+                    RULE_ELF, RULE_IMAGE, RULE_PATH, RULE_WHEEL, SITE_PACKAGES_GLOBS, VERSION_MISMATCH)
 
 __all__ = [
     "ABI_LAYOUT", "ABI_MISMATCH", "COMPATIBLE", "CUDA_STUB_PREFIX", "CXX11", "FROM_CUDA_STUB", "INTERFACE_BASIS",
     "LOADS",
-    "MISSING_LIBRARY", "MIXED", "PYTHON_MISMATCH",
+    "MISSING_LIBRARY", "MIXED", "PYBIND11_MISMATCH", "PYTHON_MISMATCH",
     "NO_STRINGS", "PIN_MISMATCH", "PRE_CXX11", "RULE_ELF", "RULE_IMAGE", "RULE_PATH", "RULE_WHEEL",
     "SITE_PACKAGES_GLOBS", "STD_DEFINITIONS_BASIS", "STD_REFERENCES_BASIS", "VERSION_MISMATCH", "CheckReport",
     "CorruptElf", "ElfDynamic", "ExtensionCheck", "MissingSymbol", "PackageReport", "SharedObjectReport",

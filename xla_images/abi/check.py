@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .elf import ElfDynamic
-from .headers import header_evidence, recorded_abi
+from .headers import header_evidence, pybind11_internals, recorded_abi
 from .files import WalkNotes, missing_path_error, walk_shared_objects
 from .inspection import STD_REFERENCES_BASIS, classify_dynamic, outside_remark, package_abi
 from .loader import Library, Loader, Scope, SymbolTable, SystemLibraries, configured_directories, \
@@ -27,7 +27,7 @@ from .mangling import REGISTERS_OPERATORS, TORCH_NAMESPACE_BYTES, abi_neutral_ke
 from .metadata import Distribution, distributions_of, installed_torch_version
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, built_with, extension_verdict, site_verdict
 from .words import ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, CXX11, FROM_CUDA_STUB, LOADS, \
-    MISSING_LIBRARY, PRE_CXX11, PYTHON_MISMATCH, VERSION_MISMATCH, usage_error
+    MISSING_LIBRARY, PRE_CXX11, PYBIND11_MISMATCH, PYTHON_MISMATCH, VERSION_MISMATCH, some, usage_error
 
 
 def host_system() -> SystemLibraries:
@@ -97,6 +97,7 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
     owners = distributions_of(site, {relative for relative, _ in linking})
     extensions = []
     python_texts: dict[str, str] = {}
+    pybind11_of: dict[str, str | None] = {}  # torch's internals id, read once when some extension needs it
     for relative, library in linking:
         local, not_found = loader.closure([library], package_preloads(site, relative, others, python_texts))
         scope = Scope(_unique([*global_libraries, *local]), [*global_missing, *not_found])
@@ -108,7 +109,8 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
         if missing_library:  # ld.so stops at the first library it cannot open: nothing else matters
             checked = replace(checked, verdict=MISSING_LIBRARY)
         checked = _with_headers(checked, library, site / "torch" / "include", torch_version)
-        extensions.append(_with_layout(checked, library, torch_abi))
+        checked = _with_layout(checked, library, torch_abi)
+        extensions.append(_with_pybind11(checked, library, torch, pybind11_of))
     extensions = _demangle_missing(extensions)
     verdict, summary = site_verdict(extensions, torch_abi, torch_version)
     summary += outside_remark(notes)
@@ -330,6 +332,37 @@ def _with_layout(extension: ExtensionCheck, library: Library, torch_abi: str) ->
     if own is None or own[0] == torch_abi:
         return extension
     return replace(extension, verdict=ABI_LAYOUT, layout_evidence=f"{own[0]}: {own[1]}; torch is {torch_abi}")
+
+
+# typeinfo of a class or enum in torch's namespaces (_ZTIN3c1011DispatchKeyE): pybind11 looks registered types up by
+# typeid. Exceptions are left out: catching c10::Error needs its typeinfo and exchanges nothing.
+_TORCH_TYPEINFO = re.compile(r"^_ZTIN(?:3c10|2at|5torch|4c10d|6caffe2)[0-9]")
+
+
+def _with_pybind11(extension: ExtensionCheck, library: Library, torch: Sequence[Library],
+                   cache: dict[str, str | None]) -> ExtensionCheck:
+    """A pybind11 module whose internals differ from torch's and that exchanges a type torch binds (its typeinfo
+    is referenced or emitted in the module): pybind11_mismatch. One that shares no such type is left alone."""
+    if extension.verdict not in LOADS:
+        return extension
+    dynamic = library.symbols()
+    names = [*dynamic.defined, *(symbol.name for symbol in dynamic.undefined)]
+    shared = sorted(name for name in names if _TORCH_TYPEINFO.match(name) and "Error" not in name
+                    and "Exception" not in name)
+    if not shared:
+        return extension
+    own = pybind11_internals(library.path)
+    if "torch" not in cache:
+        python = next((item for item in torch if item.path.name.startswith("libtorch_python")), None)
+        cache["torch"] = pybind11_internals(python.path) if python is not None else None
+    if own is None or cache["torch"] is None or own == cache["torch"]:
+        return extension
+    entities = ["_Z" + name[len("_ZTI"):] for name in shared]  # the type itself: c10::DispatchKey
+    readable = demangle(entities)
+    types = some([readable.get(entity, entity) for entity in entities], 2)
+    return replace(extension, verdict=PYBIND11_MISMATCH,
+                   pybind11_evidence=f"its pybind11 internals ({own}) are not torch's ({cache['torch']}) and it "
+                                     f"exchanges torch's types ({types})")
 
 
 def own_abi(library: Library) -> tuple[str, str] | None:

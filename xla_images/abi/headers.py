@@ -37,6 +37,8 @@ _ASSERTION_MACRO = re.compile(r"\b[A-Z][A-Z0-9_]*ASSERT[A-Z0-9_]*\b")
 # reverse) it works, and only c10/util/ArrayRef.h:62 differs.
 REGISTRATION_HEADERS = ("ATen/core/boxing/", "ATen/core/ivalue", "ATen/core/function_schema", "ATen/core/dispatch/",
                         "ATen/core/op_registration/", "ATen/core/jit_type", "c10/core/SymInt", "torch/library.h")
+# pybind11's internals id (detail/internals.h): modules share registered types only when their ids are equal.
+_PYBIND11_INTERNALS = re.compile(rb"__pybind11_internals_v[0-9]+[A-Za-z0-9_]*__")
 _ABI_FLAG = re.compile(rb"-D_GLIBCXX_USE_CXX11_ABI=([01])\b|(std::__cxx11::|NSt7__cxx11)")
 MAX_SITES = 2000
 MAX_SCANNED_BYTES = 1 << 30
@@ -119,3 +121,14 @@ def recorded_abi(binary: Path) -> tuple[str, str] | None:
     except (OSError, ValueError):
         return None
     return (CXX11, f"its strings name C++11-ABI types ({named}...)") if named else None
+
+
+def pybind11_internals(binary: Path) -> str | None:
+    """The pybind11 internals id a binary was built with (`__pybind11_internals_v11_system_libstdcpp_..._1__`), or
+    None when it embeds none (no pybind11)."""
+    try:
+        with open(binary, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            match = _PYBIND11_INTERNALS.search(data, 0, min(len(data), MAX_SCANNED_BYTES))
+            return match.group(0).decode("ascii") if match else None  # while the map is open
+    except (OSError, ValueError):
+        return None

@@ -12,6 +12,8 @@ Verdicts (a prediction of the real import; exit codes of `abi check`):
   dependencies) is found nowhere in ld.so's search order: the import fails with "cannot open shared object file".
 * ``abi mismatch (layout)`` (exit 1): every symbol resolves, but the extension's own code was compiled with the
   other `_GLIBCXX_USE_CXX11_ABI` (evidence: its recorded build flag, its symbols, its strings).
+* ``pybind11 mismatch`` (exit 1): a pybind11 module built with other pybind11 internals than torch's that exchanges
+  a type torch binds (its typeinfo is in the module): the call converting it fails.
 * ``python mismatch`` (exit 1): the python that imports does not export a C API symbol the extension needs, or
   the extension's file is tagged for another python (cpython-313 beside 3.11).
 * ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
@@ -27,7 +29,7 @@ from .headers import OTHER
 from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
 from .words import (ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH,
-                    PYTHON_MISMATCH, VERSION_MISMATCH, some)
+                    PYBIND11_MISMATCH, PYTHON_MISMATCH, VERSION_MISMATCH, some)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class ExtensionCheck:
     unjudged: int = 0  # symbols found nowhere that the check cannot blame (the load order is incomplete)
     libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X; searched..)")
     layout_evidence: str | None = None  # why its own code has the other ABI than torch (verdict ABI_LAYOUT)
+    pybind11_evidence: str | None = None  # its pybind11 internals against torch's, and the torch types it exchanges
     headers: str | None = None  # headers.SAME / headers.OTHER: the torch headers it was compiled against, if known
     header_sites: int = 0  # assertion sites of torch headers found in the binary
     header_differences: tuple[str, ...] = ()  # sites this torch's headers do not hold ("ATen/core/ivalue.h:1352")
@@ -84,6 +87,7 @@ class ExtensionCheck:
         return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
                 "symbols": self.symbols, "providers": dict(self.providers), "unjudged": self.unjudged,
                 "libraries_not_found": list(self.libraries_not_found), "layout_evidence": self.layout_evidence,
+                "pybind11_evidence": self.pybind11_evidence,
                 "headers": self.headers,
                 "header_sites": self.header_sites, "header_differences": list(self.header_differences),
                 "missing": [symbol.to_json() for symbol in self.missing],
@@ -154,6 +158,11 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
         return ABI_LAYOUT, "abi mismatch (layout): " + "; ".join(
             f"{extension.path} resolves every symbol, but its own code was compiled with the other C++ ABI "
             f"({extension.layout_evidence}): std::string and what holds one differ in layout" for extension in layout)
+    pybind = [extension for extension in broken if extension.verdict == PYBIND11_MISMATCH]
+    if pybind and all(extension.verdict == PYBIND11_MISMATCH for extension in broken):
+        return PYBIND11_MISMATCH, "pybind11 mismatch: " + "; ".join(
+            f"{extension.path} imports, but {extension.pybind11_evidence}: pybind11 cannot convert them"
+            for extension in pybind)
     python_broken = [extension for extension in broken if extension.verdict == PYTHON_MISMATCH]
     if python_broken and not any(extension.verdict == ABI_MISMATCH for extension in broken):
         return PYTHON_MISMATCH, "python mismatch: " + "; ".join(
