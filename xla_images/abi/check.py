@@ -328,10 +328,23 @@ def _with_layout(extension: ExtensionCheck, library: Library, torch_abi: str) ->
     binary (`own_abi`)."""
     if extension.verdict not in LOADS or torch_abi not in (CXX11, PRE_CXX11):
         return extension
+    handed = [symbol.name for symbol in library.symbols().undefined
+              if is_torch_entity(symbol.name) and _TAKES_TORCH_OBJECT.search(symbol.name)]
+    if not handed:  # strings used only inside (std::ostringstream beside a torch of the other ABI works)
+        return extension
     own = own_abi(library)
     if own is None or own[0] == torch_abi:
         return extension
-    return replace(extension, verdict=ABI_LAYOUT, layout_evidence=f"{own[0]}: {own[1]}; torch is {torch_abi}")
+    shown = demangle(handed[:2])
+    return replace(extension, verdict=ABI_LAYOUT, layout_evidence=(
+        f"{own[0]}: {own[1]}; torch is {torch_abi}; it hands torch objects to "
+        f"{some([shown.get(name, name) for name in handed], 2)}"))
+
+
+# A torch function taking a torch object (by reference, pointer or value) among its parameters: the nested name
+# ends at the first "E" after _ZN..., and a parameter naming a class of torch's namespaces (or a substitution of
+# one) follows. Objects hold strings (c10::OperatorName, FunctionSchema, Argument...), whose layout follows the ABI.
+_TAKES_TORCH_OBJECT = re.compile(r"^_ZN[^E]*E.*?[RPO]?K?N(?:S[0-9A-Z]*_|3c10|2at|5torch|4c10d)[0-9]")
 
 
 # typeinfo of a class or enum in torch's namespaces (_ZTIN3c1011DispatchKeyE): pybind11 looks registered types up by

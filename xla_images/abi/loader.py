@@ -126,7 +126,7 @@ def library_path_of(environment: Mapping[str, str]) -> tuple[str, ...]:
 def _first_in(directories: Iterable[str], name: str) -> Path | None:
     for directory in directories:
         candidate = Path(directory, name)
-        if candidate.is_file() and is_elf(candidate):
+        if _is_elf_file(candidate):
             return candidate
     return None
 
@@ -367,9 +367,17 @@ def find_interpreter(site: Path) -> Interpreter | None:
         named = re.fullmatch(r"python([0-9])\.([0-9]+)", real.name)
         found = (int(named.group(1)), int(named.group(2))) if named else (
             sys.version_info[:2] if real == Path(os.path.realpath(sys.executable)) else None)
-        if found == wanted and real.is_file() and is_elf(real):
+        if found == wanted and _is_elf_file(real):
             return Interpreter(real, found)
     return None
+
+
+def _is_elf_file(path: Path) -> bool:
+    """A readable ELF file; False for what this user cannot see (another user's pyenv, a private directory)."""
+    try:
+        return path.is_file() and is_elf(path)
+    except OSError:
+        return False
 
 
 def _venv_executables(root: Path) -> list[Path]:
