@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -45,6 +46,25 @@ GROUND_TRUTH = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "abi
 # What each compiled extension is built from: (source, defines, libraries), its C++ ABI follows its torch's.
 BUILT = {HARNESS: ("operators.cpp", (), ("c10", "torch", "torch_cpu")),
          STREAMS: ("thp_c10d.cpp", ("STREAM",), ("c10", "torch_cpu", "torch_python"))}
+# Issue 34's classes, compiled against the host's torch 2.9.0: (source, defines, libraries, helper layout (see
+# build_helpers), _GLIBCXX_USE_CXX11_ABI or None for torch's, a python module?, the pybind11 release whose headers
+# it is built with or None for torch's bundled one).
+OTHER_PYBIND11 = "2.13.6"  # internals v4, where torch 2.9's bundled pybind11 3.0.1 has v11
+LOADER_KINDS = {
+    "xla_images_helper_absent": ("helpers.cpp", (), ("c10",), "absent", None, False, None),
+    "xla_images_helper_beside": ("helpers.cpp", (), ("c10",), "beside", None, False, None),
+    "xla_images_helper_runpath": ("helpers.cpp", (), ("c10",), "runpath", None, False, None),
+    "xla_images_helper_own_runpath": ("helpers.cpp", (), ("c10",), "helper-runpath", None, False, None),
+    "xla_images_helper_rpath": ("helpers.cpp", (), ("c10",), "rpath", None, False, None),
+    "xla_images_newer_c_api": ("python_api.cpp", ("NEWER_API",), ("c10",), None, None, True, None),
+    "xla_images_c_api": ("python_api.cpp", (), ("c10",), None, None, True, None),
+    "xla_images_layout_other": ("layout.cpp", (), ("c10", "torch_cpu"), None, 0, False, None),
+    "xla_images_layout_same": ("layout.cpp", (), ("c10", "torch_cpu"), None, 1, False, None),
+    "xla_images_pybind11_other": ("pybind_types.cpp", ("EXCHANGE",), ("c10",), None, None, True, OTHER_PYBIND11),
+    "xla_images_pybind11_other_own_types": ("pybind_types.cpp", (), ("c10",), None, None, True, OTHER_PYBIND11),
+    "xla_images_pybind11_torchs": ("pybind_types.cpp", ("EXCHANGE",), ("c10",), None, None, True, None),
+}
+MODULE = f"_ext.cpython-{sys.version_info[0]}{sys.version_info[1]}-x86_64-linux-gnu.so"
 
 # What each probe prints last when everything it called worked.
 PROBE_OK = "PROBE-OK"
@@ -77,7 +97,14 @@ PROBES: dict[str, str] = {
               "library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
               "assert library.harness_entry() == 0\n"
               + ("assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n"
-                 if name == HARNESS else "")) for name in (HARNESS, STREAMS)},
+                 if name == HARNESS else "")) for name in (HARNESS, STREAMS, *LOADER_KINDS)
+       if not (name in LOADER_KINDS and LOADER_KINDS[name][5])},
+    **{name: ("import os, sys, importlib.util, torch\n"
+              f"sys.path.insert(0, os.path.join(os.path.dirname(importlib.util.find_spec('torch')"
+              f".submodule_search_locations[0]), '{name}'))\n"
+              "import _ext\nassert _ext.harness_entry() == 0\n"
+              "assert not hasattr(_ext, 'exchange') or isinstance(_ext.exchange(), torch._C.DispatchKey)\n")
+       for name, built in LOADER_KINDS.items() if built[5]},
 }
 
 
@@ -165,6 +192,20 @@ MIXES: tuple[Mix, ...] = (
     _operators("2.6.0", "2.7.0", "C++11 std::ostringstream beside a pre-C++11 torch", STREAMS),
     _operators("2.7.0", "2.6.0", "pre-C++11 std::ostringstream beside a C++11 torch", STREAMS),
     _operators("2.7.0", "2.7.0", "control: compiled against this torch", STREAMS),
+    # issue 34: libraries ld.so does not find, the interpreter as a provider, the extension's own ABI flag
+    *(Mix(f"torch 2.9.0 + {kind}", (), (kind,), why, headers="2.9.0") for kind, why in (
+        ("xla_images_helper_absent", "DT_NEEDED shipped nowhere (libcudart.so.11.0 on a CUDA 12 host)"),
+        ("xla_images_helper_beside", "helper beside the extension, no RPATH/RUNPATH: no implicit $ORIGIN"),
+        ("xla_images_helper_runpath", "helper's dependency only on the extension's DT_RUNPATH (not inherited)"),
+        ("xla_images_helper_own_runpath", "helper with its own DT_RUNPATH: the extension's DT_RPATH is skipped"),
+        ("xla_images_helper_rpath", "control: the helper's dependency on the extension's DT_RPATH (inherited)"),
+        ("xla_images_newer_c_api", "calls PyType_GetFullyQualifiedName (CPython 3.13) under 3.11"),
+        ("xla_images_c_api", "control: this python's C API"),
+        ("xla_images_layout_other", "pre-C++11 code, ABI-neutral symbols, beside the C++11 torch"),
+        ("xla_images_layout_same", "control: the same with torch's ABI flag"),
+        ("xla_images_pybind11_other", f"pybind11 {OTHER_PYBIND11} module returning torch's c10::DispatchKey"),
+        ("xla_images_pybind11_other_own_types", f"pybind11 {OTHER_PYBIND11} module sharing no torch type"),
+        ("xla_images_pybind11_torchs", "control: torch's pybind11, returning c10::DispatchKey"))),
 )
 
 
@@ -196,6 +237,20 @@ def fetch_wheel(requirement: str) -> Path:
     return found[0]
 
 
+def pybind11_include(version: str) -> Path:
+    """The include directory of pybind11 `version` (a pure wheel), installed once under WHEELS/overlays."""
+    target = WHEELS / "overlays" / f"pybind11-{version}"
+    if not (target / ".installed").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        completed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                                    "--target", str(target), f"pybind11=={version}"], capture_output=True, text=True,
+                                   timeout=600)
+        if completed.returncode != 0:
+            raise RuntimeError(f"cannot install pybind11=={version}: {completed.stderr.strip()[-500:]}")
+        (target / ".installed").touch()
+    return target / "pybind11" / "include"
+
+
 def overlay(requirement: str) -> Path:
     """`pip install --no-deps --target` of the wheel, once: WHEELS/overlays/NAME-VERSION."""
     name, version = requirement.split("==")
@@ -219,7 +274,7 @@ def _project(entry: str) -> str:
 
 
 def site_view(directory: Path, host: Path, overlays: list[Path]) -> Path:
-    """A site-packages of symlinks: the host's entries, except those an overlay provides (by top-level name or
+    """A site-packages of hard-linked copies (see `mirror`): the host's entries, except those an overlay provides (by top-level name or
     distribution), plus the overlays' entries."""
     directory.mkdir(parents=True)
     replaced: set[str] = set()
@@ -227,12 +282,28 @@ def site_view(directory: Path, host: Path, overlays: list[Path]) -> Path:
         replaced |= {_project(entry.name) for entry in target.iterdir() if entry.name not in ("bin", ".installed")}
     for entry in host.iterdir():
         if _project(entry.name) not in replaced:
-            (directory / entry.name).symlink_to(entry)
+            mirror(entry, directory / entry.name)
     for target in overlays:
         for entry in target.iterdir():
             if entry.name not in ("bin", ".installed"):
-                (directory / entry.name).symlink_to(entry)
+                mirror(entry, directory / entry.name)
     return directory
+
+
+def mirror(source: Path, destination: Path) -> None:
+    """destination as a hard-linked copy of source (a file or a directory tree): `abi check` does not follow
+    directory links leading out of the tree it is given, so a site-packages view cannot be a farm of symlinks.
+    Hard links cost no space; across file systems the files are copied."""
+    source = Path(os.path.realpath(source))
+    if not source.is_dir():
+        try:
+            os.link(source, destination)
+        except OSError:
+            shutil.copy2(source, destination)
+        return
+    if subprocess.run(["cp", "-al", str(source), str(destination)], capture_output=True).returncode != 0:
+        shutil.rmtree(destination, ignore_errors=True)
+        shutil.copytree(source, destination, symlinks=True)
 
 
 # --- prediction and reality ------------------------------------------------------------------------------------
@@ -282,21 +353,54 @@ def _probed(path: str, packages: tuple[str, ...]) -> bool:
                for package in packages)
 
 
+def _gcc(directory: Path, source: str, output: str, *flags: str) -> None:
+    (directory / output).parent.mkdir(parents=True, exist_ok=True)
+    (directory / f"{output}.c").write_text(source)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"{output}.c", "-o", output, *flags], cwd=directory, check=True)
+    (directory / f"{output}.c").unlink()
+
+
+def build_helpers(layout: str, directory: Path) -> list[str]:
+    """Build the C helper libraries of a layout in the extension's directory; the extension's link flags. "absent"
+    builds its helper in build/, which the caller removes once the extension is linked."""
+    helper, deep = "int helper_value(void) { return 5; }\n", "int deep_value(void) { return 3; }\n"
+    uses_deep = "int deep_value(void);\nint helper_value(void) { return deep_value() + 2; }\n"
+    if layout == "absent":  # linked against a library that is not shipped (libcudart.so.11.0 on a CUDA 12 host)
+        _gcc(directory, helper, "build/libxla_images_absent.so.11", "-Wl,-soname,libxla_images_absent.so.11")
+        return [f"-L{directory / 'build'}", "-l:libxla_images_absent.so.11"]
+    if layout == "beside":  # beside the extension, no RPATH/RUNPATH: ld.so has no implicit $ORIGIN
+        _gcc(directory, helper, "libgt_helper.so")
+        return [f"-L{directory}", "-lgt_helper"]
+    _gcc(directory, deep, "deep/libgt_deep.so")
+    own = ["-Wl,--enable-new-dtags,-rpath,/nonexistent"] if layout == "helper-runpath" else []
+    _gcc(directory, uses_deep, "h/libgt_helper.so", "-Ldeep", "-lgt_deep", *own)
+    tags = "--enable-new-dtags" if layout == "runpath" else "--disable-new-dtags"
+    return [f"-L{directory / 'h'}", "-lgt_helper", f"-Wl,{tags},-rpath,$ORIGIN/h:$ORIGIN/deep"]
+
+
 def compile_extension(kind: str, headers_site: Path, target: Path) -> None:
-    """BUILT[kind] compiled against the torch in headers_site, with that torch's ABI (torch 2.6: pre-C++11)."""
-    source, defines, libraries = BUILT[kind]
+    """BUILT[kind] (or LOADER_KINDS[kind]) compiled against the torch in headers_site, with that torch's ABI (torch
+    2.6: pre-C++11) unless the kind sets its own."""
+    source, defines, libraries, layout, flag, module, pybind11 = (LOADER_KINDS.get(kind)
+                                                                  or (*BUILT[kind], None, None, False, None))
     torch = headers_site / "torch"
     target.mkdir(parents=True)
     include = torch / "include"
     version = next(headers_site.glob("torch-*.dist-info")).name[len("torch-"):]
-    flag = 0 if version.startswith("2.6.") else 1
-    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={flag}",
+    flag = flag if flag is not None else 0 if version.startswith("2.6.") else 1
+    helpers = build_helpers(layout, target) if layout else []
+    python = [f"-I{sysconfig.get_paths()['include']}"] if module else []
+    if pybind11:  # its headers before torch's include tree, which bundles torch's pybind11
+        python.insert(0, f"-I{pybind11_include(pybind11)}")
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={flag}", *python,
                *(f"-D{define}" for define in defines), f"-I{include}",
                f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(GROUND_TRUTH / source), "-o",
-               str(target / "_ext.so"), f"-L{torch / 'lib'}", *(f"-l{library}" for library in libraries)]
+               str(target / (MODULE if module else "_ext.so")), f"-L{torch / 'lib'}",
+               *(f"-l{library}" for library in libraries), *helpers]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900)
     if completed.returncode != 0:
         raise RuntimeError(f"cannot compile {source}: {completed.stderr[-800:]}")
+    shutil.rmtree(target / "build", ignore_errors=True)  # the "absent" layout's library is not shipped
 
 
 def run_mix(mix: Mix, scratch: Path) -> Outcome:
@@ -312,15 +416,19 @@ def run_mix(mix: Mix, scratch: Path) -> Outcome:
     real, symbol = real_outcome(run_real(view, mix.probes))
     seconds_real = time.perf_counter() - started
     verdicts = {item.verdict for item in extensions}
-    predicted = (abi.ABI_MISMATCH if abi.ABI_MISMATCH in verdicts else
-                 abi.VERSION_MISMATCH if abi.VERSION_MISMATCH in verdicts else
-                 abi.PIN_MISMATCH if abi.PIN_MISMATCH in verdicts else abi.COMPATIBLE)
+    order = (abi.MISSING_LIBRARY, abi.ABI_MISMATCH, abi.ABI_LAYOUT, abi.PYTHON_MISMATCH, abi.VERSION_MISMATCH,
+             abi.PYBIND11_MISMATCH, abi.PIN_MISMATCH)
+    predicted = next((verdict for verdict in order if verdict in verdicts), abi.COMPATIBLE)
     missing = sorted({item.symbol for extension in extensions for item in extension.missing})
     pins = sorted({f"{item.distribution} pins torch=={item.requires_torch}" for item in extensions
                    if item.pinned_elsewhere})
     headers = [f"compiled against another torch's headers ({item.header_sites} assertion sites, e.g. "
                f"{item.header_differences[0]} not in this torch's)" for item in extensions if item.other_headers]
-    reason = (f"{len(missing)} symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
+    libraries = [line.split(";")[0] + ")" for item in extensions for line in item.libraries_not_found]
+    evidence = [f"own ABI {item.layout_evidence}" if item.layout_evidence else str(item.pybind11_evidence)
+                for item in extensions if item.layout_evidence or item.pybind11_evidence]
+    reason = ("library not found: " + ", ".join(libraries) if libraries else
+              "; ".join(evidence) if evidence else f"{len(missing)} symbol(s) missing" if missing else "; ".join(pins) + ", symbols resolve"
               if pins else "; ".join(headers) if headers else "all symbols resolve")
     agree = (predicted in abi.LOADS) == (real == "works")
     if agree and predicted != abi.COMPATIBLE and symbol is not None:

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """How long `abi inspect` / `abi check` take on real torch binaries. Prints figures; asserts nothing.
 
-    python benchmarks/bench_abi.py [--repeat N] [--torch-wheel PATH]
+    python benchmarks/bench_abi.py [--repeat N] [--torch-wheel PATH] [--tiny N] [--version-needs N]
 
-Targets: `abi inspect` of the torch_xla 2.9.0 wheel under 10 s. Wheels come from $XLA_IMAGES_TEST_WHEELS
+Targets: `abi inspect` of the torch_xla 2.9.0 wheel under 10 s; `abi check` of torch 2.9's site-packages under 3 s.
+--tiny N times inspect and check of a tree of N tiny C libraries beside a stand-in torch (issue 35: per-file
+overhead), --version-needs N reading a library with N version-need records (issue 35: the walk was quadratic). Wheels come from $XLA_IMAGES_TEST_WHEELS
 (default ~/.cache/xla-images/test-wheels, shared with tests/xla); the torch_xla one is downloaded if missing.
 The torch wheel (~900 MB) is not downloaded: pass --torch-wheel or put torch-*.whl in that directory; without
 one, the installed torch's torch/lib directory is timed instead. `abi check` is timed on the site-packages of
@@ -16,6 +18,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -64,11 +67,54 @@ def describe(result: object) -> str:
     return repr(result)
 
 
+def tiny_tree(root: Path, count: int) -> Path:
+    """count distinct tiny C libraries in 100 folders, and torch/lib/libtorch.so (a tiny C++ one)."""
+    source = root / "tiny.c"
+    source.write_text("int tiny_value(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(root / "tiny.so")], check=True)
+    (root / "tree" / "torch" / "lib").mkdir(parents=True)
+    (root / "torch.cpp").write_text("namespace c10 { int torch_value() { return 2; } }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", str(root / "torch.cpp"), "-o",
+                    str(root / "tree" / "torch" / "lib" / "libtorch.so")], check=True)
+    data = (root / "tiny.so").read_bytes()
+    for number in range(count):
+        folder = root / "tree" / f"d{number % 100}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"lib{number}.so").write_bytes(data)
+    return root / "tree"
+
+
+def needs_library(root: Path, count: int) -> Path:
+    """A tiny C library whose version-need table holds count records (tests/unit/test_abi_hostile.py's shape)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+    from elf_mutations import with_version_needs  # noqa: E402 (the hostile tests' builder: one definition)
+    (root / "needs.c").write_text("#include <stdio.h>\nint say(void) { return puts(\"x\"); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(root / "needs.c"), "-o", str(root / "seed.so")], check=True)
+    library = root / "libneeds.so"
+    library.write_bytes(with_version_needs((root / "seed.so").read_bytes(), count))
+    return library
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--torch-wheel", type=Path, help="a torch wheel to time (default: torch-*.whl in the cache)")
+    parser.add_argument("--tiny", type=int, help="time only a tree of this many tiny libraries")
+    parser.add_argument("--version-needs", type=int, help="time only a library with this many version needs")
     arguments = parser.parse_args()
+    if arguments.tiny or arguments.version_needs:
+        with tempfile.TemporaryDirectory(prefix="bench-abi-") as scratch:
+            if arguments.tiny:
+                tree = tiny_tree(Path(scratch), arguments.tiny)
+                timed(f"abi inspect of {arguments.tiny} tiny libraries", lambda: abi.inspect_path(tree),
+                      arguments.repeat)
+                timed(f"abi check of {arguments.tiny} tiny libraries", lambda: abi.check_site_packages(tree),
+                      arguments.repeat)
+            if arguments.version_needs:
+                library = needs_library(Path(scratch), arguments.version_needs)
+                timed(f"abi inspect of a library with {arguments.version_needs} version needs",
+                      lambda: abi.inspect_path(library), arguments.repeat)
+        return
 
     wheel = torch_xla_wheel()
     size = wheel.stat().st_size / 1e6

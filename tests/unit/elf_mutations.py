@@ -73,6 +73,27 @@ def version_chain(seed: bytes, *, size: int, count: int = 0xFFFFFFFF, next_offse
     raise ValueError("the seed has no such version table")
 
 
+def with_version_needs(seed: bytes, count: int) -> bytes:
+    """The seed with its version-need table replaced by `count` records (one Elf_Vernaux each) appended at the end
+    of the file, all naming the seed's first needed library and version."""
+    data = bytearray(seed)
+    for start, header in section_headers(seed):
+        if header[1] == VERNEED:
+            _, _, file_name, aux, _ = struct.unpack_from("<HHIII", seed, header[4])
+            hashed, flags, other, name, _ = struct.unpack_from("<IHHII", seed, header[4] + aux)
+            table = bytearray()
+            for number in range(count):
+                table += struct.pack("<HHIII", 1, 1, file_name, 16, 32 if number + 1 < count else 0)
+                table += struct.pack("<IHHII", hashed, flags, other, name, 0)
+            offset = (len(data) + 7) // 8 * 8
+            data += bytes(offset - len(data)) + table
+            set_field(data, start + 0x18, 8, offset)
+            set_field(data, start + 0x20, 8, len(table))
+            set_field(data, start + 0x2C, 4, count)
+            return bytes(data)
+    raise ValueError("the seed has no version needs")
+
+
 def mutate(seed: bytes, rng: random.Random) -> tuple[str, bytes]:
     """(kind, bytes) of one mutation of seed."""
     kind = rng.choice(KINDS)

@@ -640,6 +640,12 @@ def test_symbols_of_the_packages_own_helper_library_are_not_torch_version_mismat
     assert not abi.is_torch_entity("_ZN5audio7processERKN3c1014SourceLocationE")
     assert abi.is_torch_entity("_ZNK3c1010TensorImpl39sym_is_non_overlapping_and_dense_customEv")
     assert abi.is_torch_entity("_ZNR5torch7Library4_defEv") and abi.is_torch_entity("_ZTVN3c1011StorageImplE")
+    # Without python code that preloads the helper, ld.so would not find it (no RPATH names its directory).
+    (checked,) = [item for item in abi.check_site_packages(site).extensions if item.path == "audio/lib/_audio.so"]
+    assert checked.verdict == abi.MISSING_LIBRARY and "libaudio_ops.so" in checked.libraries_not_found[0], checked
+    (site / "audio" / "__init__.py").write_text(
+        "import ctypes, os\nctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libaudio_ops.so'), "
+        "mode=os.RTLD_GLOBAL)\n")
     report = abi.check_site_packages(site)
     (checked,) = [item for item in report.extensions if item.path == "audio/lib/_audio.so"]
     assert checked.verdict == abi.COMPATIBLE and not checked.missing, checked

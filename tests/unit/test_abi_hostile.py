@@ -31,7 +31,7 @@ from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 
 from elf_mutations import SHDR, VERDEF, VERNEED, compile_library, fixed_bytes, mutate, section_headers, \
-    set_field, version_chain
+    set_field, version_chain, with_version_needs
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "_XLAC.cpython-311-x86_64-linux-gnu.so"
@@ -464,3 +464,58 @@ def test_malformed_image_reference_is_a_usage_error_before_the_engine_is_asked(
                                     "ghcr.io/org/img@sha256:" + "a" * 64, "a__b/c.d-e:T_1.2"])
 def test_valid_image_references_pass_the_syntax_check(target: str) -> None:
     abi_images.check_image_reference(target)
+
+
+# --- issue 35: links out of the tree, tables read in linear time and bounded memory --------------------------------
+
+
+def test_directory_link_out_of_the_tree_is_not_followed(seeds: Path, tmp_path: Path) -> None:
+    """`pkg/rootlink -> /` made inspect and check walk the whole file system: a directory link is followed only
+    while it stays inside the tree given, and the report names the links it did not follow."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(seeds / "libstrings.so", outside / "libfar.so")
+    site = site_with(tmp_path / "site", seeds)
+    (site / "pkg").mkdir()
+    (site / "pkg" / "rootlink").symlink_to("/")
+    (site / "pkg" / "farlink").symlink_to(outside)
+    (site / "zz").symlink_to(site / "torch")  # inside the tree: followed (libtorch.so read once)
+    inspected = abi.inspect_path(site)
+    assert sorted(os.path.basename(item.path) for item in inspected.shared_objects) == [EXTENSION, "libtorch.so"]
+    assert "pkg/rootlink -> /" in inspected.verdict and "pkg/farlink" in inspected.verdict
+    checked = abi.check_site_packages(site)
+    assert checked.verdict == abi.COMPATIBLE and "pkg/rootlink -> /" in checked.summary
+    completed = run_standalone("inspect", str(site), timeout=60)
+    assert completed.returncode == 0 and "libfar.so" not in completed.stdout, completed.stdout + completed.stderr
+
+
+def test_torch_behind_a_link_out_of_the_tree_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:
+    real = site_with(tmp_path / "real", seeds)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "torch").symlink_to(real / "torch")
+    assert_usage_error(cli("check", str(site)), "no torch library could be read", "torch ->")
+
+
+def test_many_version_needs_are_read_in_linear_time(seeds: Path, tmp_path: Path) -> None:
+    """2**20 version needs took over 400 s: the walk sliced the rest of the table for every entry (quadratic).
+    2**18 of them (an 8 MiB table) must be read like any other library: the old walk copies ~1 TB here."""
+    library = tmp_path / "libneeds.so"
+    library.write_bytes(with_version_needs((seeds / "libstrings.so").read_bytes(), 1 << 18))
+    completed = run_standalone("inspect", "--json", str(library), limit_memory=True, timeout=60)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_table_of_hundreds_of_megabytes_is_refused_without_reading_it(seeds: Path, tmp_path: Path) -> None:
+    """A .dynsym of 300 MB (a sparse file: zeros) was read whole and decoded, so the verdict depended on the RAM at
+    hand; beyond the limit of one table the library is refused naming the limit, before anything is read."""
+    seed = bytearray((seeds / "libstrings.so").read_bytes())
+    dynsym = next(start for start, header in section_headers(seed) if header[1] == 11)
+    set_field(seed, dynsym + 0x20, 8, 300 << 20)
+    sparse = tmp_path / "libwide.so"
+    with open(sparse, "wb") as handle:
+        handle.write(seed)
+        handle.truncate(1 << 30)
+    completed = run_standalone("inspect", str(sparse), limit_memory=True, timeout=60)
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert "libwide.so" in completed.stderr and "limit" in completed.stderr and "[abi-elf-readable]" in completed.stderr

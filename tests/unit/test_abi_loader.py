@@ -57,7 +57,7 @@ def test_search_paths_are_followed_as_the_loader_follows_them(tmp_path: Path, ta
     if tag == "rpath":  # DT_RPATH is searched for the dependencies' needs too
         assert "libc_dep.so" in names and not not_found
     else:  # DT_RUNPATH only for the object's own DT_NEEDED
-        assert not_found == [("libc_dep.so", "b/libb_dep.so")]
+        assert [(item.name, item.needed_by) for item in not_found] == [("libc_dep.so", "b/libb_dep.so")]
     assert loads_for_real(top) == (tag == "rpath")
 
 
@@ -91,3 +91,91 @@ def test_system_directories_come_from_ld_so_conf_and_its_includes(tmp_path: Path
     assert directories[:2] == (str(tmp_path / "opt" / "included"), str(tmp_path / "opt" / "first"))
     assert str(tmp_path / "lib" / "x86_64-linux-gnu") in directories
     assert not loader.SystemLibraries(None).known and loader.SystemLibraries(None).find("libc.so.6") is None
+
+
+# --- issue 34: the search order of glibc's _dl_map_object, each case loaded for real ------------------------------
+
+HELPER = "int helper_value(void) { return 5; }\n"
+USES_HELPER = "int helper_value(void);\nint a_value(void) { return helper_value() + 1; }\n"
+
+
+def gcc(directory: Path, source: str, output: str, *flags: str) -> Path:
+    (directory / "src.c").write_text(source)
+    (directory / output).parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "src.c", "-o", output, *flags], cwd=directory, check=True)
+    return directory / output
+
+
+def loads(path: Path, environment: dict[str, str] | None = None) -> bool:
+    code = "import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)"
+    base = {key: value for key, value in os.environ.items() if key != "LD_LIBRARY_PATH"}
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          env={**base, **(environment or {})}).returncode == 0
+
+
+def model_not_found(top: Path, site: Path, library_path: tuple[str, ...] = ()) -> list[loader.NotFound]:
+    system = loader.SystemLibraries(host_system().directories, library_path)
+    model = loader.Loader(site, system)
+    return model.closure([model.library(top)])[1]
+
+
+def test_a_library_beside_the_object_is_not_found_without_a_search_path(tmp_path: Path) -> None:
+    """No implicit $ORIGIN: a helper in the extension's own directory, no RPATH/RUNPATH: "cannot open"."""
+    gcc(tmp_path, HELPER, "libhelper.so")
+    top = gcc(tmp_path, USES_HELPER, "liba.so", "-L.", "-lhelper")
+    (missing,) = model_not_found(top, tmp_path)
+    assert (missing.name, missing.needed_by) == ("libhelper.so", "liba.so")
+    assert "/usr/lib/x86_64-linux-gnu" in missing.searched and str(tmp_path) not in missing.searched
+    assert not loads(top)
+
+
+def test_a_runpath_serves_only_its_own_object_and_a_runpath_hides_the_loaders_rpath(tmp_path: Path) -> None:
+    """The helper's own dependency is found only through the top object's search path: with DT_RPATH (inherited)
+    it loads; with DT_RUNPATH (not inherited) it does not; and when the helper has a DT_RUNPATH of its own, the
+    top object's DT_RPATH is skipped for the helper's needs too."""
+    gcc(tmp_path, "int c_value(void) { return 3; }\n", "deep/libdeep.so")
+    helper_source = "int c_value(void);\nint helper_value(void) { return c_value(); }\n"
+    gcc(tmp_path, helper_source, "helpers/libhelper.so", "-Ldeep", "-ldeep")
+    gcc(tmp_path, helper_source, "own/libhelper.so", "-Ldeep", "-ldeep", "-Wl,--enable-new-dtags,-rpath,/nowhere")
+    cases = {
+        ("helpers", "--disable-new-dtags"): True, ("helpers", "--enable-new-dtags"): False,
+        ("own", "--disable-new-dtags"): False,
+    }
+    for (folder, tags), expected in cases.items():
+        top = gcc(tmp_path, USES_HELPER, f"top-{folder}{tags}/liba.so", f"-L{folder}", "-lhelper",
+                  f"-Wl,{tags},-rpath,$ORIGIN/../{folder}:$ORIGIN/../deep")
+        not_found = model_not_found(top, tmp_path)
+        assert (not not_found) == expected == loads(top), (folder, tags, not_found)
+        if not expected:
+            assert [(item.name, item.needed_by) for item in not_found] == [("libdeep.so", f"{folder}/libhelper.so")]
+
+
+def test_ld_library_path_is_searched_after_rpath_and_before_runpath(tmp_path: Path) -> None:
+    gcc(tmp_path, HELPER, "elsewhere/libhelper.so")
+    top = gcc(tmp_path, USES_HELPER, "liba.so", "-Lelsewhere", "-lhelper")
+    environment = {"LD_LIBRARY_PATH": str(tmp_path / "elsewhere")}
+    assert model_not_found(top, tmp_path, loader.library_path_of(environment)) == []
+    assert loads(top, environment) and not loads(top)
+
+
+def test_lib_and_platform_are_expanded_as_ld_so_expands_them(tmp_path: Path) -> None:
+    system = host_system()
+    for token, value in (("$LIB", system.lib), ("$PLATFORM", system.platform), ("${ORIGIN}/x", "x")):
+        folder = tmp_path / token.strip("${}/")
+        target = folder / value if token != "${ORIGIN}/x" else folder / "x"
+        gcc(tmp_path, HELPER, str((target / "libhelper.so").relative_to(tmp_path)))
+        path = "$ORIGIN/" + token if not token.startswith("${ORIGIN}") else token
+        top = gcc(folder, USES_HELPER, "liba.so", f"-L{target}", "-lhelper", f"-Wl,-rpath,{path}")
+        assert model_not_found(top, tmp_path) == [] and loads(top), token
+
+
+def test_a_name_found_nowhere_names_every_directory_searched(tmp_path: Path) -> None:
+    """As an extension needing libcudart.so.11.0 on a machine without it."""
+    gcc(tmp_path, HELPER, "build/libxla_images_absent.so.11")
+    top = gcc(tmp_path, USES_HELPER, "liba.so", "-Lbuild", "-l:libxla_images_absent.so.11",
+              "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib")
+    (missing,) = model_not_found(top, tmp_path, ("/opt/from-ld-library-path",))
+    assert missing.name == "libxla_images_absent.so.11"
+    assert missing.searched[:2] == ("/opt/from-ld-library-path", str(tmp_path / "lib"))
+    assert "searched /opt/from-ld-library-path, " in str(missing)
+    assert not loads(top)

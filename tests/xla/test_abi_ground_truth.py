@@ -15,6 +15,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,8 +25,16 @@ import pytest
 
 from xla_images import abi
 
+_MIXES = importlib.util.spec_from_file_location("abi_mixes", Path(__file__).resolve().parents[2] / "benchmarks" /
+                                                "abi_mixes.py")
+abi_mixes = importlib.util.module_from_spec(_MIXES)
+sys.modules.setdefault("abi_mixes", abi_mixes)  # dataclasses look their module up by name
+_MIXES.loader.exec_module(abi_mixes)
+mirror = abi_mixes.mirror  # hard-linked copies: check does not follow directory links out of its tree
+
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"
 HARNESS = "harness"
+THIS_PYTHON = f"cpython-{sys.version_info[0]}{sys.version_info[1]}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,12 @@ class Case:
     libraries: tuple[str, ...]
     defines: tuple[str, ...] = ()
     pin_next_patch: bool = False  # its distribution pins torch==X.Y.(Z+1)
+    helpers: str | None = None  # how its C helper libraries are laid out and linked (see `build_helpers`)
+    python_tag: str | None = None  # a python extension module named _ext.<tag>-x86_64-linux-gnu.so, imported
+
+    @property
+    def filename(self) -> str:
+        return f"_ext.{self.python_tag}-x86_64-linux-gnu.so" if self.python_tag else "_ext.so"
 
     @property
     def registers(self) -> bool:
@@ -51,7 +66,27 @@ CASES = {
     "thp-c10d-removed": Case("thp_c10d.cpp", True, ("c10", "torch_cpu", "torch_python"), ("REMOVED",)),
     "thp-without-libtorch-python": Case("thp_c10d.cpp", True, ("c10", "torch_cpu")),
     "operators-pinned-next-patch": Case("operators.cpp", True, ("c10", "torch", "torch_cpu"), pin_next_patch=True),
+    # Issue 34: libraries ld.so does not find (each "cannot open shared object file"), and one it does.
+    "helper-absent": Case("helpers.cpp", True, ("c10",), helpers="absent"),
+    "helper-beside-no-origin": Case("helpers.cpp", True, ("c10",), helpers="beside"),
+    "helper-dep-via-runpath": Case("helpers.cpp", True, ("c10",), helpers="runpath"),
+    "helper-runpath-hides-rpath": Case("helpers.cpp", True, ("c10",), helpers="helper-runpath"),
+    "helper-dep-via-rpath": Case("helpers.cpp", True, ("c10",), helpers="rpath"),
+    # Issue 34: the interpreter is a provider.
+    "python-module": Case("python_api.cpp", True, ("c10",), python_tag=THIS_PYTHON),
+    "python-newer-c-api": Case("python_api.cpp", True, ("c10",), ("NEWER_API",), python_tag=THIS_PYTHON),
+    "python-tagged-313": Case("python_api.cpp", True, ("c10",), python_tag="cpython-313"),
+    # Issue 34: the layout case (only ABI-neutral symbols; the other flag crashes on the first call), and its control.
+    "layout-other-abi": Case("layout.cpp", False, ("c10", "torch_cpu")),
+    "layout-same-abi": Case("layout.cpp", True, ("c10", "torch_cpu")),
 }
+MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
+           "helper-beside-no-origin": ("libgt_helper.so", "_ext.so"),
+           "helper-dep-via-runpath": ("libgt_deep.so", "h/libgt_helper.so"),
+           "helper-runpath-hides-rpath": ("libgt_deep.so", "h/libgt_helper.so")}
+
+
+build_helpers = abi_mixes.build_helpers  # one definition of the layouts, shared with the benchmark
 
 
 def _torch_package() -> Path | None:
@@ -66,12 +101,16 @@ pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable
 
 def compile_case(name: str, case: Case, output: Path) -> Path:
     include = TORCH / "include"
-    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}",
+    helpers = build_helpers(case.helpers, output.parent) if case.helpers else []
+    python = [f"-I{sysconfig.get_paths()['include']}"] if case.python_tag else []
+    command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}", *python,
                *(f"-D{define}" for define in case.defines), f"-I{include}",
                f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCES / case.source), "-o", str(output),
-               f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries)]
+               f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries), *helpers]
     completed = subprocess.run(command, capture_output=True, text=True)
     assert completed.returncode == 0, f"{name}: {completed.stderr[-2000:]}"
+    if case.helpers == "absent":
+        (output.parent / "build" / "libxla_images_absent.so.11").unlink()
     return output
 
 
@@ -89,19 +128,21 @@ def next_patch(version: str) -> str:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A site-packages of symlinks to this torch (and its dist-info) with the compiled extensions beside it."""
     root = tmp_path_factory.mktemp("ground-truth-site")
-    (root / "torch").symlink_to(TORCH)
+    mirror(TORCH, root / "torch")
+    if (TORCH.parent / "nvidia").is_dir():  # the CUDA libraries torch's RPATH ($ORIGIN/../../nvidia/...) names
+        mirror(TORCH.parent / "nvidia", root / "nvidia")
     for info in TORCH.parent.glob("torch-*.dist-info"):
-        (root / info.name).symlink_to(info)
+        mirror(info, root / info.name)
     for name, case in CASES.items():
         (root / HARNESS / name).mkdir(parents=True)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda item: compile_case(item[0], item[1], root / HARNESS / item[0] / "_ext.so"),
+        list(pool.map(lambda item: compile_case(item[0], item[1], root / HARNESS / item[0] / item[1].filename),
                       CASES.items()))
     for name, case in CASES.items():
         distribution = f"xla_images_harness_{name.replace('-', '_')}-1.0"
         info = root / f"{distribution}.dist-info"
         info.mkdir()
-        (info / "RECORD").write_text(f"{HARNESS}/{name}/_ext.so,,\n")
+        (info / "RECORD").write_text(f"{HARNESS}/{name}/{case.filename},,\n")
         pin = f"Requires-Dist: torch=={next_patch(torch_version())}\n" if case.pin_next_patch else ""
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n{pin}")
     return root
@@ -115,10 +156,12 @@ def report(site: Path) -> abi.CheckReport:
     return checked
 
 
-def load_for_real(path: Path, registers: bool) -> subprocess.CompletedProcess:
-    """`import torch`, then dlopen the extension as python imports one (RTLD_NOW | RTLD_LOCAL) and call it."""
-    code = ("import ctypes, os, sys, torch\n"
-            "library = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+def load_for_real(path: Path, registers: bool, module: bool = False) -> subprocess.CompletedProcess:
+    """`import torch`, then dlopen the extension as python imports one (RTLD_NOW | RTLD_LOCAL) and call it; a
+    python module is imported by name from its directory, as python finds one."""
+    load = ("sys.path.insert(0, os.path.dirname(sys.argv[1]))\nimport _ext as library\n" if module else
+            "library = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n")
+    code = ("import ctypes, os, sys, torch\n" + load +
             "assert library.harness_entry() == 0\n"
             "if sys.argv[2] == '1':\n"
             "    assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n")
@@ -128,9 +171,9 @@ def load_for_real(path: Path, registers: bool) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_verdict_equals_the_real_load(site: Path, report: abi.CheckReport, name: str) -> None:
-    relative = f"{HARNESS}/{name}/_ext.so"
+    relative = f"{HARNESS}/{name}/{CASES[name].filename}"
     (extension,) = [item for item in report.extensions if item.path == relative]
-    loaded = load_for_real(site / relative, CASES[name].registers)
+    loaded = load_for_real(site / relative, CASES[name].registers, CASES[name].python_tag is not None)
     real = "loads" if loaded.returncode == 0 else (loaded.stderr.strip().splitlines() or ["?"])[-1]
     predicted = "loads" if extension.verdict in abi.LOADS else "fails"
     print(f"{name}: {extension.verdict} ({extension.symbols} symbols, missing "
@@ -155,18 +198,52 @@ def test_each_class_of_issue_20_gets_its_verdict(report: abi.CheckReport) -> Non
     assert any(name.endswith("libtorch_python.so") for name in providers), providers
 
 
+def test_each_library_ld_so_cannot_find_is_a_missing_library_naming_it(report: abi.CheckReport) -> None:
+    """Issue 34: the object, the soname and the directories searched; the RPATH control loads."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    for name, (soname, needed_by) in MISSING.items():
+        extension = verdicts[name]
+        assert extension.verdict == abi.MISSING_LIBRARY, (name, extension)
+        (line,) = extension.libraries_not_found
+        assert line.startswith(f"{soname} (needed by {HARNESS}/{name}/{needed_by}; searched /"), line
+    assert verdicts["helper-dep-via-rpath"].verdict == abi.COMPATIBLE
+    assert report.verdict != abi.COMPATIBLE
+
+
+def test_an_extension_compiled_with_the_other_abi_flag_is_a_layout_mismatch(report: abi.CheckReport) -> None:
+    """Issue 34: every symbol resolves (none shows the ABI in its name), the evidence is the extension's own."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    other = verdicts["layout-other-abi"]
+    assert other.verdict == abi.ABI_LAYOUT and not other.missing, other
+    assert other.layout_evidence.startswith("pre-cxx11") and "torch is cxx11" in other.layout_evidence
+    assert verdicts["layout-same-abi"].verdict == abi.COMPATIBLE
+
+
+def test_the_interpreter_provides_the_c_api_and_its_tag_is_checked(report: abi.CheckReport) -> None:
+    """Issue 34: C API symbols bind to this python's executable/libpython; one it lacks, or a file tagged for
+    another python, is a python mismatch naming the symbol or the tag."""
+    verdicts = {item.path.split("/")[1]: item for item in report.extensions}
+    module = verdicts["python-module"]
+    assert module.verdict == abi.COMPATIBLE and "python" not in dict(module.providers), module.providers
+    newer = verdicts["python-newer-c-api"]
+    assert newer.verdict == abi.PYTHON_MISMATCH
+    assert [item.symbol for item in newer.missing] == ["PyType_GetFullyQualifiedName"]
+    tagged = verdicts["python-tagged-313"]
+    assert tagged.verdict == abi.PYTHON_MISMATCH and [item.symbol for item in tagged.missing] == ["cpython-313"]
+
+
 def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Path, tmp_path: Path) -> None:
     """The exit codes as documented: a pin mismatch alone loads (0); any abi/version mismatch is 1."""
     only_pin = tmp_path / "pin-only"
     only_pin.mkdir()
     for entry in site.iterdir():
         if entry.name != HARNESS and "harness" not in entry.name:
-            (only_pin / entry.name).symlink_to(entry.resolve())
+            mirror(entry, only_pin / entry.name)
     pinned = "operators-pinned-next-patch"
     (only_pin / HARNESS / pinned).mkdir(parents=True)
-    (only_pin / HARNESS / pinned / "_ext.so").symlink_to(site / HARNESS / pinned / "_ext.so")
+    mirror(site / HARNESS / pinned / "_ext.so", only_pin / HARNESS / pinned / "_ext.so")
     info = next(site.glob("xla_images_harness_operators_pinned_next_patch-*.dist-info"))
-    (only_pin / info.name).symlink_to(info)
+    mirror(info, only_pin / info.name)
     repository = Path(abi.__file__).resolve().parents[2]
     environment = {**os.environ, "PYTHONPATH": str(repository)}
     pin = subprocess.run([sys.executable, "-m", "xla_images.abi", "check", str(only_pin)], capture_output=True,
@@ -175,3 +252,21 @@ def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Pat
     mixed = subprocess.run([sys.executable, "-m", "xla_images.abi", "check", str(site)], capture_output=True,
                            text=True, env=environment, timeout=300)
     assert mixed.returncode == 1, mixed.stdout + mixed.stderr
+
+
+@pytest.mark.parametrize("kind, expected", [("xla_images_pybind11_other", abi.PYBIND11_MISMATCH),
+                                            ("xla_images_pybind11_other_own_types", abi.COMPATIBLE),
+                                            ("xla_images_pybind11_torchs", abi.COMPATIBLE)])
+def test_pybind11_internals_matter_only_for_torchs_bound_types(kind: str, expected: str, tmp_path: Path) -> None:
+    """Issue 34: a module built with pybind11 2.13 (internals v4) returning torch's c10::DispatchKey (bound by
+    torch 2.9's pybind11 3.0, internals v11) imports and then fails the call; sharing no torch type, it works; with
+    torch's own pybind11 it works. Compiled and imported for real by abi_mixes (pybind11 2.13.6 from PyPI)."""
+    mix = next(mix for mix in abi_mixes.MIXES if mix.probes == (kind,))
+    try:
+        outcome = abi_mixes.run_mix(mix, tmp_path)
+    except RuntimeError as error:  # pybind11 2.13.6 cannot be downloaded here: in CI that is a failure
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            raise
+        pytest.skip(str(error))
+    print(f"{kind}: {outcome.predicted} ({outcome.reason}); real: {outcome.real}")
+    assert outcome.predicted == expected and outcome.agree, outcome

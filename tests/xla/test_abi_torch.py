@@ -18,6 +18,13 @@ import pytest
 
 from xla_images import abi
 
+_MIXES = importlib.util.spec_from_file_location("abi_mixes", Path(__file__).resolve().parents[2] / "benchmarks" /
+                                                "abi_mixes.py")
+abi_mixes = importlib.util.module_from_spec(_MIXES)
+sys.modules.setdefault("abi_mixes", abi_mixes)  # dataclasses look their module up by name
+_MIXES.loader.exec_module(abi_mixes)
+mirror = abi_mixes.mirror  # hard-linked copies: check does not follow directory links out of its tree
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "abi"
 WHEELS = Path(os.environ.get("XLA_IMAGES_TEST_WHEELS", Path.home() / ".cache" / "xla-images" / "test-wheels"))
@@ -54,13 +61,14 @@ def torch_cxx11() -> bool:
 
 
 def site_view(directory: Path, replacements: dict[str, Path] | None = None, *, drop: tuple[str, ...] = ()) -> Path:
-    """A site-packages made of symlinks to the torch one, minus entries starting with `drop`, plus others."""
+    """A site-packages made of hard-linked copies of the torch one (abi_mixes.mirror), minus entries starting with
+    `drop`, plus others."""
     directory.mkdir()
     for entry in TORCH_SITE.iterdir():
         if not entry.name.startswith(drop):
-            (directory / entry.name).symlink_to(entry)
+            mirror(entry, directory / entry.name)
     for name, target in (replacements or {}).items():
-        (directory / name).symlink_to(target)
+        mirror(target, directory / name)
     return directory
 
 

@@ -14,7 +14,7 @@ import struct
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO, Iterator, NamedTuple, Sequence
 
 from ..errors import ConfigError
 from .words import RULE_ELF, RULE_PATH, usage_error
@@ -32,9 +32,14 @@ _STB_LOCAL, _STB_WEAK = 0, 2
 _STV_DEFAULT, _STV_PROTECTED = 0, 3
 _VERSYM_HIDDEN = 0x8000
 
-# The biggest dynamic tables of real torch libraries are tens of MB (libtorch_cuda.so's .dynstr); a sparse file or
-# a lying sh_size must not make one read allocate gigabytes.
-MAX_TABLE_BYTES = 512 << 20
+# The biggest dynamic tables of real libraries are tens of MB (torch_xla 2.8.1's _XLAC: one of 69.6 MB; torch 2.9's
+# CUDA site: 2.2 MB at most, measured 2026-12); a sparse file or a lying sh_size must not make one read allocate
+# gigabytes, nor a verdict depend on the RAM at hand (tables of hundreds of MB once took 2.6-4.3 GB, issue 35).
+# One table beyond MAX_TABLE_BYTES, or the tables of one object beyond MAX_TABLES_BYTES together, is refused with a
+# clear error: 3.7x and 5.5x the largest real one.
+MAX_TABLE_BYTES = 256 << 20
+MAX_TABLES_BYTES = 384 << 20
+_MAX_SECTIONS = 1 << 18
 
 
 class CorruptElf(ValueError):
@@ -69,11 +74,6 @@ class ElfDynamic:
     version_defs: tuple[str, ...] = ()  # versions this object defines (GLIBCXX_3.4.30 ...)
     mentions: bytes = b""  # the dynamic string table, kept only by `read_link_summary`
 
-    @property
-    def search_path(self) -> tuple[str, ...]:
-        """This object's own search path: DT_RUNPATH, else DT_RPATH."""
-        return self.runpath or self.rpath
-
 
 @dataclass(frozen=True)
 class _Layout:
@@ -85,8 +85,7 @@ class _Layout:
         return "<" if self.little else ">"
 
 
-@dataclass(frozen=True)
-class _Section:
+class _Section(NamedTuple):  # built for every section of every library: a tuple is cheaper than a dataclass
     type: int
     offset: int
     size: int
@@ -109,6 +108,8 @@ class _Image:
             raise CorruptElf("unknown ELF class or byte order")
         self.layout = _Layout(little=ident[5] == 1, wide=ident[4] == 2)
         self.sections = self._section_headers()
+        self.read_bytes = 0  # bytes of tables read so far, bounded by MAX_TABLES_BYTES
+        self._read: dict[tuple[int, int], bytes] = {}  # .dynstr serves four tables: read once
 
     def _unpack(self, layout: str, offset: int) -> tuple:
         fmt = self.layout.endian + layout
@@ -137,12 +138,17 @@ class _Image:
             raise CorruptElf(f"section header size {shentsize}, expected {expected}")
         if shnum == 0:  # more than 0xff00 sections: the count is section 0's sh_size
             shnum = self._header(entry, shoff).size
+        if shnum > _MAX_SECTIONS:
+            raise CorruptElf(f"{shnum} section headers (more than {_MAX_SECTIONS}; shared objects have a few dozen)")
         if shoff + shnum * expected > self.size:
             raise CorruptElf(f"{shnum} section headers at offset {shoff} run past the end of the file "
                              f"({self.size} bytes): truncated?")
         if shstrndx != _SHN_XINDEX and shstrndx >= shnum:
             raise CorruptElf(f"section name table index {shstrndx} out of range ({shnum} sections)")
-        return [self._header(entry, shoff + index * expected) for index in range(shnum)]
+        # One read for all the headers: per-header seeks and reads were most of the cost of a tiny library.
+        table = self._bytes(shoff, shnum * expected)
+        return [_Section(kind, offset, size, link, info) for _, kind, _, _, offset, size, link, info, _, _
+                in struct.iter_unpack(self.layout.endian + entry, table)]  # NamedTuple: cheap to build
 
     def _header(self, entry: str, offset: int) -> _Section:
         _, kind, _, _, sh_offset, sh_size, link, info, _, _ = self._unpack(entry, offset)
@@ -156,8 +162,17 @@ class _Image:
         if section.type == _SHT_NOBITS:
             return b""
         if section.size > MAX_TABLE_BYTES:
-            raise CorruptElf(f"a section claims {section.size} bytes (more than {MAX_TABLE_BYTES})")
-        return self._bytes(section.offset, section.size)
+            raise CorruptElf(f"a section claims {section.size} bytes (more than {MAX_TABLE_BYTES}, the limit of one "
+                             f"dynamic table; the largest real ones are tens of MB)")
+        key = (section.offset, section.size)
+        if key in self._read:
+            return self._read[key]
+        self.read_bytes += section.size
+        if self.read_bytes > MAX_TABLES_BYTES:
+            raise CorruptElf(f"its dynamic tables claim more than {MAX_TABLES_BYTES} bytes together (the limit; the "
+                             f"largest real ones are tens of MB)")
+        self._read[key] = self._bytes(section.offset, section.size)
+        return self._read[key]
 
     def linked(self, section: _Section) -> bytes:
         """The bytes of the string table a section's sh_link names."""
@@ -244,15 +259,16 @@ def _read_dynamic_section(image: _Image, info: ElfDynamic) -> None:
     info.rpath = tuple(part for part in rpath if part)
 
 
-def _chain(data: bytes, count: int, head: str, link_field: int) -> Iterator[tuple[int, tuple]]:
-    """(offset, fields) of the `count` records chained by a relative `next` field inside data.
+def _chain(data: bytes, count: int, head: str, link_field: int, start: int = 0) -> Iterator[tuple[int, tuple]]:
+    """(offset, fields) of the `count` records chained by a relative `next` field inside data, from `start`.
 
-    At most len(data) / record size records, each read once: `next` is unsigned, so the walk only moves forward,
-    and a count the table cannot hold, a record past the table or a chain that ends (`next` 0) before `count`
-    records are corrupt."""
-    offset, size = 0, struct.calcsize(head)
-    if count > len(data) // size:
-        raise CorruptElf(f"version records claim {count} entries in {len(data)} bytes")
+    At most (len(data) - start) / record size records, each read once and in place (never a slice of the rest of the
+    table per record: 2**20 version needs made that quadratic, issue 35): `next` is unsigned, so the walk only moves
+    forward, and a count the table cannot hold, a record past the table or a chain that ends (`next` 0) before
+    `count` records are corrupt."""
+    offset, size = start, struct.calcsize(head)
+    if start < 0 or count > (len(data) - start) // size:
+        raise CorruptElf(f"version records claim {count} entries in {max(len(data) - start, 0)} bytes")
     for number in range(count):
         if offset + size > len(data):
             raise CorruptElf(f"a version record at offset {offset} runs past its table ({len(data)} bytes)")
@@ -277,7 +293,7 @@ def _read_version_needs(image: _Image, info: ElfDynamic) -> dict[int, tuple[str,
     for offset, (_, count, file_offset, aux, _) in _chain(data, verneed.info, endian + "HHIII", 4):
         library = _string(strings, file_offset)
         versions = needs.setdefault(library, [])
-        for _, (_, _, other, name, _) in _chain(data[offset + aux:], count, endian + "IHHII", 4):
+        for _, (_, _, other, name, _) in _chain(data, count, endian + "IHHII", 4, offset + aux):
             index[other & ~_VERSYM_HIDDEN] = (library, _string(strings, name))
             versions.append(_string(strings, name))
     info.version_needs = {name: tuple(versions) for name, versions in needs.items()}
@@ -315,7 +331,7 @@ def _read_symbols(data: bytes, strings: bytes, versym: Sequence[int] | None,
                   version_index: dict[int, tuple[str, str]], layout: _Layout, info: ElfDynamic) -> None:
     fmt = f"{layout.endian}IBBHQQ" if layout.wide else f"{layout.endian}IIIBBH"
     size = struct.calcsize(fmt)
-    entries = struct.iter_unpack(fmt, data[:len(data) - len(data) % size])
+    entries = struct.iter_unpack(fmt, memoryview(data)[:len(data) - len(data) % size])  # no copy
     if not layout.wide:  # Elf32_Sym orders its fields differently
         entries = ((name, st_info, other, shndx, value, value) for name, value, _, st_info, other, shndx in entries)
     text = strings.decode("latin-1")  # mangled names are ASCII; latin-1 never fails

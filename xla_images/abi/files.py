@@ -1,7 +1,10 @@
 """Find the shared objects of a tree, and say clearly why a path given on the command line is not there.
 
 The walk is iterative and follows each inode once: a deep tree, symlink loops and cycles cannot make it recurse or
-repeat, and a directory or library that cannot be read is a usage error, never silently skipped.
+repeat, and a directory or library that cannot be read is a usage error, never silently skipped. A directory link
+is followed only when it resolves inside the tree the walk was given: `pkg/rootlink -> /` would otherwise make a
+verdict on one site-packages walk the whole file system (issue 35). Such links are listed (`WalkNotes.outside`)
+so a report can say what it did not read.
 """
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import errno
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -42,8 +46,20 @@ def is_path_target(target: str) -> bool:
     return os.path.exists(target) or target.endswith((".whl", ".so")) or target.startswith(("/", ".", "~"))
 
 
-def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
-    """(path relative to root, path) of each ELF shared object under root, following symlinks once.
+@dataclass
+class WalkNotes:
+    """What a walk left out on purpose: directory links resolving outside its tree ("pkg/rootlink -> /")."""
+
+    outside: list[str] = field(default_factory=list)
+
+
+def _inside(real: str, root_real: str) -> bool:
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def walk_shared_objects(root: Path, notes: WalkNotes | None = None) -> Iterator[tuple[str, Path]]:
+    """(path relative to root, path) of each ELF shared object under root, following symlinks once, and directory
+    links only while they stay inside root (those that leave it are added to notes.outside).
 
     Iterative (os.walk recurses once per level in python 3.11: a deep tree would end in RecursionError), and a
     directory or library that cannot be read is a usage error: skipping it would give a verdict on part of
@@ -51,6 +67,7 @@ def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
     # Files and directories are known by (device, inode) after following symlinks: os.path.realpath costs one
     # lstat per path component, quadratic in a deep tree.
     seen: set[tuple[int, int]] = set()
+    root_real = os.path.realpath(root)
     pending = [(str(root), "")]
     while pending:
         directory, relative = pending.pop()
@@ -70,6 +87,10 @@ def walk_shared_objects(root: Path) -> Iterator[tuple[str, Path]]:
         for entry in entries:
             inside = f"{relative}{entry.name}"
             if _is_directory(entry):
+                if entry.is_symlink() and not _inside(os.path.realpath(entry.path), root_real):
+                    if notes is not None:
+                        notes.outside.append(f"{inside} -> {os.readlink(entry.path)}")
+                    continue
                 subdirectories.append((entry.path, inside + "/"))
                 continue
             if not SHARED_OBJECT_NAME.search(entry.name):

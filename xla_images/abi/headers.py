@@ -1,4 +1,10 @@
-"""Which torch headers was an extension compiled against? Read from the binary, checked against the torch beside it.
+"""Which torch headers was an extension compiled against, and with which `_GLIBCXX_USE_CXX11_ABI`? Read from the
+binary, checked against the torch beside it.
+
+The ABI flag (`recorded_abi`): a build that records its command line (gcc -frecord-gcc-switches into
+.GCC.command.line, -g into DW_AT_producer; cpp_extension passes -D_GLIBCXX_USE_CXX11_ABI=N on it) carries
+`-D_GLIBCXX_USE_CXX11_ABI=N`; any binary whose code names a C++11-ABI type in a string (__PRETTY_FUNCTION__ of c10's
+type names, typeinfo names: `std::__cxx11::`, `NSt7__cxx11`) was compiled with the C++11 ABI.
 
 Symbols cannot show a release (inline code, struct layouts and operator schemas come from the headers), but the
 headers leave a fingerprint: every `TORCH_INTERNAL_ASSERT` inlined from them embeds the message
@@ -15,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .words import CXX11, PRE_CXX11
+
 # The message TORCH_INTERNAL_ASSERT builds from __FILE__ and __LINE__ (c10/util/Exception.h).
 _ASSERTION_SITE = re.compile(rb'INTERNAL ASSERT FAILED at "([^"\x00\n]{1,512})":([0-9]{1,7}), please report a bug')
 # Where a torch header's own path starts, in a wheel's include tree or a source checkout (aten/src/ATen/...).
@@ -29,6 +37,9 @@ _ASSERTION_MACRO = re.compile(r"\b[A-Z][A-Z0-9_]*ASSERT[A-Z0-9_]*\b")
 # reverse) it works, and only c10/util/ArrayRef.h:62 differs.
 REGISTRATION_HEADERS = ("ATen/core/boxing/", "ATen/core/ivalue", "ATen/core/function_schema", "ATen/core/dispatch/",
                         "ATen/core/op_registration/", "ATen/core/jit_type", "c10/core/SymInt", "torch/library.h")
+# pybind11's internals id (detail/internals.h): modules share registered types only when their ids are equal.
+_PYBIND11_INTERNALS = re.compile(rb"__pybind11_internals_v[0-9]+[A-Za-z0-9_]*__")
+_ABI_FLAG = re.compile(rb"-D_GLIBCXX_USE_CXX11_ABI=([01])\b|(std::__cxx11::|NSt7__cxx11)")
 MAX_SITES = 2000
 MAX_SCANNED_BYTES = 1 << 30
 SAME, OTHER = "this torch's headers", "another torch's headers"
@@ -93,4 +104,31 @@ def _read_lines(include: Path, header: str) -> list[str] | None:
     try:
         return (include / header).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
+        return None
+
+
+def recorded_abi(binary: Path) -> tuple[str, str] | None:
+    """(cxx11 | pre-cxx11, the evidence) from the recorded build flag, else ("cxx11", the string) from a C++11-ABI
+    type named in the binary's strings; None when the binary says neither."""
+    named: str | None = None
+    try:
+        with open(binary, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for match in _ABI_FLAG.finditer(data, 0, min(len(data), MAX_SCANNED_BYTES)):
+                if match.group(1) is not None:
+                    return (CXX11 if match.group(1) == b"1" else PRE_CXX11,
+                            f"built with -D_GLIBCXX_USE_CXX11_ABI={match.group(1).decode()} (recorded in the binary)")
+                named = named or match.group(2).decode()
+    except (OSError, ValueError):
+        return None
+    return (CXX11, f"its strings name C++11-ABI types ({named}...)") if named else None
+
+
+def pybind11_internals(binary: Path) -> str | None:
+    """The pybind11 internals id a binary was built with (`__pybind11_internals_v11_system_libstdcpp_..._1__`), or
+    None when it embeds none (no pybind11)."""
+    try:
+        with open(binary, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            match = _PYBIND11_INTERNALS.search(data, 0, min(len(data), MAX_SCANNED_BYTES))
+            return match.group(0).decode("ascii") if match else None  # while the map is open
+    except (OSError, ValueError):
         return None

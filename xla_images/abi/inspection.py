@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .elf import ElfDynamic, has_elf_magic, read_elf_file
-from .files import missing_path_error, walk_shared_objects
+from .files import WalkNotes, missing_path_error, walk_shared_objects
 from .mangling import count_abi_symbols
 from .wheel import read_wheel
 from .words import CXX11, MIXED, NO_STRINGS, PRE_CXX11, RULE_ELF, some, usage_error
@@ -193,9 +193,19 @@ def inspect_path_target(target: str) -> PackageReport:
 def inspect_directory(root: Path, *, kind: str, display: str) -> PackageReport:
     """Every shared object under root (an image's site-packages is kind "image")."""
     reports = []
-    for relative, full in walk_shared_objects(root):
+    notes = WalkNotes()
+    for relative, full in walk_shared_objects(root, notes):
         reports.append(classify_dynamic(read_elf_file(full, os.path.join(display, relative)), relative))
-    return _package(kind, display, tuple(reports), platform_tag=None, version=None)
+    package = _package(kind, display, tuple(reports), platform_tag=None, version=None)
+    if not notes.outside:
+        return package
+    return replace(package, verdict=package.verdict + outside_remark(notes))
+
+
+def outside_remark(notes: WalkNotes) -> str:
+    """What a report says of the directory links the walk did not follow."""
+    return (f"; not read: {len(notes.outside)} directory link(s) leading out of the tree ({some(notes.outside)})"
+            if notes.outside else "")
 
 
 def _inspect_wheel(path: Path) -> PackageReport:

@@ -7,12 +7,10 @@ The model, as `import torch; import EXTENSION` runs on Linux:
 * The global scope comes first: the interpreter and its libraries (libc, libm, ...), then what torch loads with
   RTLD_GLOBAL (`torch/lib/libtorch_global_deps.so` and its closure) and, for torch_xla's `_XLAC`, torch_xla's CUDA
   stub where it is loaded (see `words.CUDA_STUB_PREFIX`). Python symbols (`Py*`, `_Py*`) come from the interpreter.
-* Then the extension's local scope: itself and its DT_NEEDED closure in breadth-first load order. A needed name
-  that an already loaded library carries as its soname (torch's libraries, loaded by `import torch`) is that library;
-  a name is otherwise looked for in the loading object's DT_RPATH (when it has no DT_RUNPATH; an RPATH is inherited
-  by what its object loads), its DT_RUNPATH, then the system directories (ld.so.conf, then the defaults). As the
-  loader does, libraries a package preloads by path (ctypes, torch.ops.load_library) are found by name when they
-  sit in the extension's own directory.
+* Then the extension's local scope: itself and its DT_NEEDED closure in breadth-first load order, each name
+  searched for as `Loader` says (glibc's order). A needed name that an already loaded library carries (torch's
+  libraries, loaded by `import torch`; libraries the extension's package preloads by path, see
+  `check.package_preloads`) is that library. A name found nowhere makes the import fail: `NotFound`.
 * A symbol binds to the first library in that order that defines it (weak references may stay unbound), and each
   needed symbol version (GLIBCXX_3.4.30 of libstdc++.so.6 ...) must be defined by the library it names.
 
@@ -22,11 +20,16 @@ this machine's; for an image read from outside (`build.py abi check IMAGE`) they
 """
 from __future__ import annotations
 
+import functools
 import glob
 import os
+import re
+import subprocess
+import sys
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .elf import ElfDynamic, is_elf, read_elf_file
 
@@ -36,6 +39,15 @@ DEFAULT_DIRECTORIES: tuple[str, ...] = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_6
 # What the python executable links (or has in itself): the head of every global scope.
 INTERPRETER_LIBRARIES: tuple[str, ...] = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "libutil.so.1")
 GLOBAL_DEPS = "libtorch_global_deps.so"
+# torch/__init__.py (2.6-2.9) _load_global_deps: when libtorch_global_deps.so fails to load for a CUDA library, it
+# preloads nvidia/<folder>/lib/<name>.so.* of the site by path, then retries; when it loads and libcudart is
+# mapped, it preloads nvrtc and nvJitLink (cusparse and cudnn need them and carry no RPATH to them).
+_CUDA_PRELOADS = {"cublas": "libcublas", "cudnn": "libcudnn", "cuda_nvrtc": "libnvrtc", "cuda_runtime": "libcudart",
+                  "cuda_cupti": "libcupti", "cufft": "libcufft", "curand": "libcurand", "nvjitlink": "libnvJitLink",
+                  "cusparse": "libcusparse", "cusparselt": "libcusparseLt", "cusolver": "libcusolver",
+                  "nccl": "libnccl", "nvshmem": "libnvshmem_host", "cufile": "libcufile", "nvtx": "libnvToolsExt"}
+_CUDA_RUNTIME_PRELOADS = {"cuda_nvrtc": "libnvrtc", "nvjitlink": "libnvJitLink"}
+_LD_SO = "/lib64/ld-linux-x86-64.so.2"
 _MAX_CONF_FILES = 256
 _MAX_CONF_BYTES = 1 << 20
 
@@ -69,21 +81,54 @@ def _read_conf(root: str, name: str, found: list[str], seen: set[str]) -> None:
 
 
 class SystemLibraries:
-    """The target's system libraries by name; `SystemLibraries(None)` when they cannot be read."""
+    """The target's system libraries by name; `SystemLibraries(None)` when they cannot be read.
 
-    def __init__(self, directories: Sequence[str] | None) -> None:
+    directories: the ld.so.cache / ld.so.conf directories, then the default ones (`configured_directories`);
+    library_path: LD_LIBRARY_PATH of the process that imports (the caller's environment, or the image's ENV);
+    lib: what `$LIB` expands to (Debian: lib/x86_64-linux-gnu, RHEL: lib64); platform: what `$PLATFORM` does
+    (x86_64, haswell, xeon_phi: see host_platform)."""
+
+    def __init__(self, directories: Sequence[str] | None, library_path: Sequence[str] = (), *,
+                 lib: str = "lib/x86_64-linux-gnu", platform: str | None = None) -> None:
         self.directories = tuple(directories) if directories is not None else None
+        self.library_path = tuple(library_path)
+        self.lib = lib
+        self.platform = platform or host_platform()
 
     @property
     def known(self) -> bool:
         return self.directories is not None
 
     def find(self, name: str) -> Path | None:
-        for directory in self.directories or ():
-            candidate = Path(directory, name)
-            if candidate.is_file() and is_elf(candidate):
-                return candidate
-        return None
+        return _first_in(self.directories or (), name)
+
+
+@functools.lru_cache(maxsize=1)
+def host_platform() -> str:
+    """What this machine's ld.so puts for $PLATFORM. Not the kernel's AT_PLATFORM ("x86_64"): glibc's x86 startup
+    replaces it by "haswell" or "xeon_phi" from the CPU's features, so ld.so is asked (`--list-diagnostics`, glibc
+    2.33+; "haswell" on this machine kind); "x86_64" when it cannot say."""
+    try:
+        completed = subprocess.run([_LD_SO, "--list-diagnostics"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "x86_64"
+    match = re.search(r'^dl_platform="([^"]+)"', completed.stdout, re.MULTILINE)
+    return match.group(1) if match else "x86_64"
+
+
+def library_path_of(environment: Mapping[str, str]) -> tuple[str, ...]:
+    """LD_LIBRARY_PATH's directories as ld.so takes them: split on ':' and ';', empty entries meaning the current
+    directory, which a static check cannot know: left out."""
+    value = environment.get("LD_LIBRARY_PATH", "")
+    return tuple(part for part in value.replace(";", ":").split(":") if part)
+
+
+def _first_in(directories: Iterable[str], name: str) -> Path | None:
+    for directory in directories:
+        candidate = Path(directory, name)
+        if _is_elf_file(candidate):
+            return candidate
+    return None
 
 
 @dataclass
@@ -111,12 +156,25 @@ class Library:
         return self.summary().soname or self.path.name
 
 
+@dataclass(frozen=True)
+class NotFound:
+    """A DT_NEEDED name ld.so would find nowhere: the import fails with "cannot open shared object file"."""
+
+    name: str
+    needed_by: str
+    searched: tuple[str, ...]  # the directories, in ld.so's order
+
+    def __str__(self) -> str:
+        where = ", ".join(self.searched) if self.searched else "no directory"
+        return f"{self.name} (needed by {self.needed_by}; searched {where})"
+
+
 @dataclass
 class Scope:
     """An extension's lookup scope in the loader's order, and the needed libraries that could not be found."""
 
     libraries: list[Library]
-    not_found: list[tuple[str, str]] = field(default_factory=list)  # (library name, needed by)
+    not_found: list[NotFound] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -124,7 +182,20 @@ class Scope:
 
 
 class Loader:
-    """Reads each library once; builds lookup scopes for the extensions of one site-packages."""
+    """Reads each library once; builds lookup scopes for the extensions of one site-packages, searching for each
+    DT_NEEDED name as glibc's _dl_map_object does (elf/dl-load.c):
+
+    1. a name with a '/' is a path ($ORIGIN expanded);
+    2. an object already loaded under that name (its soname, or the name it was found by) is reused: torch's
+       preloads (`preload`) and what the closure mapped before;
+    3. unless the loading object has DT_RUNPATH: its DT_RPATH, then the DT_RPATH of the object that loaded it and
+       so on up the chain (an object with DT_RUNPATH has no DT_RPATH: glibc drops it); python has none;
+    4. LD_LIBRARY_PATH;
+    5. the loading object's own DT_RUNPATH (never inherited);
+    6. the ld.so.cache / ld.so.conf directories, then the default ones.
+    No implicit $ORIGIN: a library beside the extension is found only through a search path naming it or a
+    preload. glibc-hwcaps subdirectories and relative entries (relative to the importing process's current
+    directory) are not modelled."""
 
     def __init__(self, site: Path, system: SystemLibraries) -> None:
         self.site = site
@@ -140,6 +211,7 @@ class Loader:
 
     def _show(self, path: Path) -> str:
         """Relative to the site-packages for its own files (as `check` names extensions), else the full path."""
+        path = Path(os.path.normpath(path))  # "$ORIGIN/../x" shown as x (lexically: for display only)
         try:
             return str(path.relative_to(self.site))
         except ValueError:
@@ -148,75 +220,98 @@ class Loader:
     def preload(self, roots: Iterable[Library]) -> list[Library]:
         """Load roots and their closures as `import torch` does: afterwards their sonames satisfy DT_NEEDED."""
         closure, _ = self.closure(list(roots))
-        for library in closure:
-            self.loaded_by_soname.setdefault(library.name, library)
-            self.loaded_by_soname.setdefault(library.path.name, library)
+        self.remember(closure)
         return closure
 
-    def global_scope(self, torch_lib: Path) -> tuple[list[Library], list[tuple[str, str]]]:
-        """The interpreter's libraries, then torch's RTLD_GLOBAL dependencies, with their closure; and the needed
-        names found nowhere."""
-        roots: list[Library] = []
-        for name in INTERPRETER_LIBRARIES:
-            found = self.system.find(name)
-            if found is not None:
-                roots.append(self.library(found))
-        deps = torch_lib / GLOBAL_DEPS
-        if deps.is_file():
-            roots.append(self.library(deps))
-        return self.closure(roots)
+    def remember(self, libraries: Iterable[Library]) -> None:
+        for library in libraries:
+            self.loaded_by_soname.setdefault(library.name, library)
+            self.loaded_by_soname.setdefault(library.path.name, library)
 
-    def closure(self, roots: Sequence[Library], extra_directories: Sequence[str] = ()
-                ) -> tuple[list[Library], list[tuple[str, str]]]:
+    def global_scope(self, torch_lib: Path, interpreter: Path | None = None
+                     ) -> tuple[list[Library], list[NotFound]]:
+        """The interpreter (the executable, its libpython and libc...; or, when it is not known, the libraries every
+        python links), then what torch/__init__.py's _load_global_deps loads RTLD_GLOBAL (libtorch_global_deps.so
+        and its closure), with the CUDA libraries it preloads by path; and the needed names found nowhere."""
+        roots = [self.library(found) for found in map(self.system.find, INTERPRETER_LIBRARIES) if found is not None]
+        if interpreter is not None:
+            roots.insert(0, self.library(interpreter))
+        deps = torch_lib / GLOBAL_DEPS
+        if not deps.is_file():
+            return self.closure(roots)
+        order, not_found = self.closure([*roots, self.library(deps)])
+        cuda = [item for item in not_found if item.name.split(".")[0] in _CUDA_PRELOADS.values()]
+        if cuda:  # the `except OSError` branch: every nvidia/<folder>/lib/<library> is preloaded, then retried
+            self.remember(self._nvidia(torch_lib, _CUDA_PRELOADS))
+            order, not_found = self.closure([*roots, self.library(deps)])
+        elif any(library.path.name.startswith("libcudart.so") for library in order):
+            self.remember(self._nvidia(torch_lib, _CUDA_RUNTIME_PRELOADS))  # nvrtc, nvJitLink: RTLD_LOCAL
+        self.remember(order)
+        return order, not_found
+
+    def _nvidia(self, torch_lib: Path, folders: Mapping[str, str]) -> list[Library]:
+        """torch's _preload_cuda_deps: the first nvidia/<folder>/lib/<name>.so.N of the site, by path."""
+        found = []
+        for folder, name in folders.items():
+            matches = sorted(glob.glob(str(torch_lib.parent.parent / "nvidia" / folder / "lib" / f"{name}.so.*")))
+            found.extend(self.library(Path(match)) for match in matches[:1] if is_elf(Path(match)))
+        return found
+
+    def closure(self, roots: Sequence[Library], preloaded: Mapping[str, Library] | None = None
+                ) -> tuple[list[Library], list[NotFound]]:
         """roots and everything they need, breadth first and each once, as the loader maps them; and the needed
-        names found nowhere (name, needed by)."""
+        names found nowhere. preloaded: libraries the extension's own package loads by path before it."""
         order: list[Library] = []
         seen: set[str] = set()
-        not_found: list[tuple[str, str]] = []
-        # (library, RPATHs inherited from the objects that loaded it)
-        queue: list[tuple[Library, tuple[str, ...]]] = [(root, ()) for root in roots]
+        not_found: list[NotFound] = []
+        mapped: dict[str, Library] = dict(preloaded or {})  # names the objects already mapped answer to
+        # (library, the DT_RPATHs of the chain of objects that loaded it: l_loader, its l_loader...)
+        queue: deque[tuple[Library, tuple[str, ...]]] = deque((root, ()) for root in roots)
         while queue:
-            library, inherited = queue.pop(0)
+            library, chain = queue.popleft()
             key = os.path.realpath(library.path)
             if key in seen:
                 continue
             seen.add(key)
             order.append(library)
+            mapped.setdefault(library.name, library)
             dynamic = library.summary()
             origin = str(library.path.parent)
-            own_rpath = () if dynamic.runpath else _expand(dynamic.rpath, origin)
-            rpaths = (*own_rpath, *inherited)
+            # What this object loads walks l_loader upwards: its own DT_RPATH (none when it has DT_RUNPATH), then
+            # its loaders'. Its own needs use that chain only when it has no DT_RUNPATH.
+            inherited = (*self._expand(() if dynamic.runpath else dynamic.rpath, origin), *chain)
+            rpaths = () if dynamic.runpath else inherited
+            runpath = self._expand(dynamic.runpath, origin)
             for needed in dynamic.needed:
-                found = self._find(needed, rpaths, _expand(dynamic.runpath, origin), extra_directories)
+                found, searched = self._find(needed, origin, rpaths, runpath, mapped)
                 if found is None:
-                    not_found.append((needed, library.display))
-                else:
-                    queue.append((found, rpaths))
+                    not_found.append(NotFound(needed, library.display, searched))
+                    continue
+                mapped.setdefault(needed, found)
+                queue.append((found, inherited))
         return order, not_found
 
-    def _find(self, needed: str, rpaths: Sequence[str], runpath: Sequence[str],
-              extra_directories: Sequence[str]) -> Library | None:
+    def _find(self, needed: str, origin: str, rpaths: Sequence[str], runpath: Sequence[str],
+              mapped: Mapping[str, Library]) -> tuple[Library | None, tuple[str, ...]]:
         if "/" in needed:
-            path = Path(needed)
-            return self.library(path) if path.is_file() else None
-        if needed in self.loaded_by_soname:
-            return self.loaded_by_soname[needed]
-        for directory in (*rpaths, *runpath):
-            candidate = Path(directory, needed)
-            if candidate.is_file() and is_elf(candidate):
-                return self.library(candidate)
-        found = self.system.find(needed)
-        if found is not None:
-            return self.library(found)
-        for directory in extra_directories:
-            candidate = Path(directory, needed)
-            if candidate.is_file() and is_elf(candidate):
-                return self.library(candidate)
-        return None
+            path = Path(self._expand((needed,), origin)[0])
+            return (self.library(path) if path.is_file() else None), ()
+        already = self.loaded_by_soname.get(needed) or mapped.get(needed)
+        if already is not None:
+            return already, ()
+        directories = (*rpaths, *self.system.library_path, *runpath, *(self.system.directories or ()))
+        found = _first_in(directories, needed)
+        return (self.library(found) if found is not None else None), tuple(dict.fromkeys(directories))
 
-
-def _expand(entries: Sequence[str], origin: str) -> tuple[str, ...]:
-    return tuple(entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for entry in entries)
+    def _expand(self, entries: Sequence[str], origin: str) -> tuple[str, ...]:
+        """$ORIGIN (${ORIGIN}), $LIB and $PLATFORM as ld.so expands them; relative entries are left out."""
+        expanded = []
+        for entry in entries:
+            for token, value in (("ORIGIN", origin), ("LIB", self.system.lib), ("PLATFORM", self.system.platform)):
+                entry = entry.replace("${" + token + "}", value).replace("$" + token, value)
+            if entry.startswith("/"):
+                expanded.append(entry)
+        return tuple(expanded)
 
 
 class SymbolTable:
@@ -240,6 +335,68 @@ def version_defined(library: Library, version: str) -> bool | None:
     """Does the library define that symbol version? None when it defines none (glibc then only warns)."""
     versions = library.symbols().version_defs
     return None if not versions else version in versions
+
+
+_TAGGED = re.compile(r"\.cpython-([0-9])([0-9]+)[a-z]*-")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The python that imports: its executable (whose dynamic closure provides the C API) and its version."""
+
+    path: Path
+    version: tuple[int, int]
+
+    @property
+    def tag(self) -> str:
+        return f"cpython-{self.version[0]}{self.version[1]}"
+
+
+def find_interpreter(site: Path) -> Interpreter | None:
+    """The python that imports from site: a venv's (pyvenv.cfg's `executable`, else bin/python3), the system
+    python of a /usr/lib/python3.X or /usr/local/lib/python3.X site, else the caller's own (`sys.executable`)."""
+    version = re.search(r"/python([0-9])\.([0-9]+)/", str(site) + "/")
+    wanted = (int(version.group(1)), int(version.group(2))) if version else sys.version_info[:2]
+    root = site.parents[2] if len(site.parents) > 2 else site
+    name = f"python{wanted[0]}.{wanted[1]}"
+    system = [root / "bin" / name, Path("/usr/local/bin", name), Path("/usr/bin", name)]
+    # A site named by no python version (pip install --target DIR) is imported by the caller's python.
+    candidates = [*_venv_executables(root), *(system if version else ()), Path(sys.executable), *system]
+    for candidate in candidates:
+        real = Path(os.path.realpath(candidate))
+        named = re.fullmatch(r"python([0-9])\.([0-9]+)", real.name)
+        found = (int(named.group(1)), int(named.group(2))) if named else (
+            sys.version_info[:2] if real == Path(os.path.realpath(sys.executable)) else None)
+        if found == wanted and _is_elf_file(real):
+            return Interpreter(real, found)
+    return None
+
+
+def _is_elf_file(path: Path) -> bool:
+    """A readable ELF file; False for what this user cannot see (another user's pyenv, a private directory)."""
+    try:
+        return path.is_file() and is_elf(path)
+    except OSError:
+        return False
+
+
+def _venv_executables(root: Path) -> list[Path]:
+    try:
+        with open(root / "pyvenv.cfg", encoding="utf-8", errors="replace") as handle:
+            text = handle.read(1 << 16)
+    except OSError:
+        return []
+    found = [Path(match.strip()) for match in re.findall(r"^executable\s*=\s*(.+)$", text, re.MULTILINE)]
+    return [*found, root / "bin" / "python3"]
+
+
+def built_for_other_python(file_name: str, interpreter: Interpreter) -> str | None:
+    """The ABI tag of an extension's file name when it names another python (`.cpython-313-...so` beside 3.11):
+    the import system never loads it (ModuleNotFoundError)."""
+    match = _TAGGED.search(file_name)
+    if match and (int(match.group(1)), int(match.group(2))) != interpreter.version:
+        return f"cpython-{match.group(1)}{match.group(2)}"
+    return None
 
 
 def is_python_symbol(name: str) -> bool:

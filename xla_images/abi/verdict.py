@@ -8,6 +8,14 @@ Verdicts (a prediction of the real import; exit codes of `abi check`):
   (torchvision 0.22.1 pins torch==2.7.1; beside 2.7.0 it loads and runs). pip would refuse the set; the loader
   does not.
 * ``abi mismatch`` (exit 1): symbols are exported only with the other `_GLIBCXX_USE_CXX11_ABI` mangling.
+* ``missing library`` (exit 1): a DT_NEEDED library of the extension (or of what it loads, or of torch's global
+  dependencies) is found nowhere in ld.so's search order: the import fails with "cannot open shared object file".
+* ``abi mismatch (layout)`` (exit 1): every symbol resolves, but the extension's own code was compiled with the
+  other `_GLIBCXX_USE_CXX11_ABI` (evidence: its recorded build flag, its symbols, its strings).
+* ``pybind11 mismatch`` (exit 1): a pybind11 module built with other pybind11 internals than torch's that exchanges
+  a type torch binds (its typeinfo is in the module): the call converting it fails.
+* ``python mismatch`` (exit 1): the python that imports does not export a C API symbol the extension needs, or
+  the extension's file is tagged for another python (cpython-313 beside 3.11).
 * ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
   ABI; or every symbol resolves but the distribution pins another X.Y torch release, whose headers (struct
   layouts, inline code, operator schemas) it was compiled against.
@@ -20,7 +28,8 @@ from typing import Sequence
 from .headers import OTHER
 from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
-from .words import (ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, PIN_MISMATCH, VERSION_MISMATCH, some)
+from .words import (ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH,
+                    PYBIND11_MISMATCH, PYTHON_MISMATCH, VERSION_MISMATCH, some)
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,9 @@ class ExtensionCheck:
     symbols: int = 0  # undefined symbols judged (weak ones are not: they may stay unbound)
     providers: tuple[tuple[str, int], ...] = ()  # (library, symbols it provides), in load order
     unjudged: int = 0  # symbols found nowhere that the check cannot blame (the load order is incomplete)
-    libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X)")
+    libraries_not_found: tuple[str, ...] = ()  # DT_NEEDED names found nowhere ("libfoo.so (needed by X; searched..)")
+    layout_evidence: str | None = None  # why its own code has the other ABI than torch (verdict ABI_LAYOUT)
+    pybind11_evidence: str | None = None  # its pybind11 internals against torch's, and the torch types it exchanges
     headers: str | None = None  # headers.SAME / headers.OTHER: the torch headers it was compiled against, if known
     header_sites: int = 0  # assertion sites of torch headers found in the binary
     header_differences: tuple[str, ...] = ()  # sites this torch's headers do not hold ("ATen/core/ivalue.h:1352")
@@ -75,7 +86,9 @@ class ExtensionCheck:
     def to_json(self) -> dict:
         return {"path": self.path, "abi": self.abi, "verdict": self.verdict, "torch_symbols": self.torch_symbols,
                 "symbols": self.symbols, "providers": dict(self.providers), "unjudged": self.unjudged,
-                "libraries_not_found": list(self.libraries_not_found), "headers": self.headers,
+                "libraries_not_found": list(self.libraries_not_found), "layout_evidence": self.layout_evidence,
+                "pybind11_evidence": self.pybind11_evidence,
+                "headers": self.headers,
                 "header_sites": self.header_sites, "header_differences": list(self.header_differences),
                 "missing": [symbol.to_json() for symbol in self.missing],
                 "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub],
@@ -119,6 +132,8 @@ def extension_verdict(missing: Sequence[MissingSymbol], requires_torch: str | No
     this X.Y a pin mismatch (it loads)."""
     if any(item.problem == ABI_MISMATCH for item in missing):
         return ABI_MISMATCH
+    if any(item.problem == PYTHON_MISMATCH for item in missing):
+        return PYTHON_MISMATCH
     if missing:
         return VERSION_MISMATCH
     if requires_torch and torch_version and not same_release(requires_torch, torch_version):
@@ -134,6 +149,26 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     broken = [extension for extension in extensions if extension.verdict not in LOADS]
     if not broken:
         return _loads(extensions, torch_abi, torch_version)
+    unloadable = [extension for extension in broken if extension.verdict == MISSING_LIBRARY]
+    if unloadable:
+        return MISSING_LIBRARY, "missing library: " + "; ".join(
+            f"{extension.path} cannot load: {some(list(extension.libraries_not_found), 2)}" for extension in unloadable)
+    layout = [extension for extension in broken if extension.verdict == ABI_LAYOUT]
+    if layout and not any(extension.verdict == ABI_MISMATCH for extension in broken):
+        return ABI_LAYOUT, "abi mismatch (layout): " + "; ".join(
+            f"{extension.path} resolves every symbol, but its own code was compiled with the other C++ ABI "
+            f"({extension.layout_evidence}): std::string and what holds one differ in layout" for extension in layout)
+    pybind = [extension for extension in broken if extension.verdict == PYBIND11_MISMATCH]
+    if pybind and all(extension.verdict == PYBIND11_MISMATCH for extension in broken):
+        return PYBIND11_MISMATCH, "pybind11 mismatch: " + "; ".join(
+            f"{extension.path} imports, but {extension.pybind11_evidence}: pybind11 cannot convert them"
+            for extension in pybind)
+    python_broken = [extension for extension in broken if extension.verdict == PYTHON_MISMATCH]
+    if python_broken and not any(extension.verdict == ABI_MISMATCH for extension in broken):
+        return PYTHON_MISMATCH, "python mismatch: " + "; ".join(
+            f"{extension.path} needs what this python does not offer: "
+            f"{some([item.demangled for item in extension.missing if item.problem == PYTHON_MISMATCH], 2)}"
+            for extension in python_broken)
     abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
     if abi_broken:
         lines = []

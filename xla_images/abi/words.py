@@ -23,6 +23,17 @@ VERSION_MISMATCH = "version mismatch"
 # Every symbol resolves and the extension was built for this torch release (X.Y), but its metadata pins another
 # patch release (torchvision 0.22.1 pins torch==2.7.1, beside 2.7.0): it loads and runs; pip would refuse it.
 PIN_MISMATCH = "pin mismatch"
+# A DT_NEEDED name ld.so finds nowhere (its search order: loader.Loader): "cannot open shared object file".
+MISSING_LIBRARY = "missing library"
+# Every symbol resolves, but the extension's own code was compiled with the other _GLIBCXX_USE_CXX11_ABI than torch:
+# std::string and the structs holding one have another layout on each side (the first call crashes).
+ABI_LAYOUT = "abi mismatch (layout)"
+# A pybind11 module built with other pybind11 internals than torch's that exchanges a type torch binds: it imports,
+# then the call fails ("Unable to convert function return value to a Python type").
+PYBIND11_MISMATCH = "pybind11 mismatch"
+# The python that imports lacks a C API symbol the extension needs (PyType_GetFullyQualifiedName, new in 3.13, on
+# 3.11: "undefined symbol"), or the extension's file is tagged for another python (cpython-313 on 3.11).
+PYTHON_MISMATCH = "python mismatch"
 LOADS = frozenset({COMPATIBLE, PIN_MISMATCH})
 
 # What a missing symbol is (MissingSymbol.problem), besides ABI_MISMATCH and VERSION_MISMATCH.
