@@ -213,6 +213,7 @@ def test_without_keep_going_no_build_starts_after_a_failure(make_project, dangli
     assert not dangling_images()
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")  # the child starts with SIGINT at its default
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, dangling_images, no_leaked_containers,
                                                            signum: int) -> None:
