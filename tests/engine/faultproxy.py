@@ -85,6 +85,8 @@ class FaultProxy:
     faults: list[_Armed] = field(default_factory=list)
     fired: list[Fired] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    # Request bytes (heads and bodies) sent on to the upstream: how much of an upload reached it.
+    forwarded: int = 0
 
     def __post_init__(self) -> None:
         if not self.host.startswith("127."):
@@ -194,6 +196,7 @@ class FaultProxy:
             upstream = socket.create_connection(self.upstream, timeout=30)
             self._track(upstream)
             upstream.sendall(head + rest)
+            self._count(head + rest, "request")
             body_sent = len(rest)
             up = threading.Thread(target=self._pump, args=(client, upstream, fault, "request", body_sent),
                                   daemon=True)
@@ -206,6 +209,11 @@ class FaultProxy:
             _close(client)
             if upstream is not None:
                 _close(upstream)
+
+    def _count(self, data: bytes, direction: str) -> None:
+        if direction == "request":
+            with self._lock:
+                self.forwarded += len(data)
 
     def _pump(self, source: socket.socket, sink: socket.socket, fault: Fault | None, direction: str,
               already: int) -> None:
@@ -230,6 +238,7 @@ class FaultProxy:
                         stalled = True
                         self._stop.wait(fault.seconds)
                 sink.sendall(data)
+                self._count(data, direction)
                 moved += len(data)
                 if fault is not None and fault.kind == "slow":
                     time.sleep(len(data) / fault.rate)

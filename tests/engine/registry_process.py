@@ -109,10 +109,6 @@ class RegistryProcess:
         files = list(self.blob_dir.glob("sha256/*/*/data")) if self.blob_dir.is_dir() else []
         return len(files), sum(path.stat().st_size for path in files)
 
-    def stored_bytes(self) -> int:
-        """Every byte under the data dir, upload scratch files included: data arriving mid-push shows here."""
-        return sum(p.stat().st_size for p in self.data.rglob("*") if p.is_file()) if self.data.exists() else 0
-
     def digest(self, repository: str, reference: str) -> str | None:
         response = requests.head(f"{self.url}/v2/{repository}/manifests/{reference}", headers={"Accept": ACCEPT},
                                  timeout=10)

@@ -17,14 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from publish_support import build_image
 from reporters import QuietReporter
 from save_scan import scan
 from xla_images import names, resources
 from xla_images.generate.plan import BUILD_SCRIPTS
+from xla_images.model.compression import LAYER_MEDIA_TYPES
 from xla_images.run import build, context as build_context, engine
 from xla_images.run.build import BuildOptions, Outcome
 
 OLD, NEW = "8.71.0", "8.72.0"
+GZIP_LAYER = LAYER_MEDIA_TYPES["gzip"][0]  # what BuildKit stores a gzip export as
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +104,27 @@ def test_changed_input_is_rebuilt_and_force_rebuilds(built, reporter, no_leaked_
     assert results[0].outcome is Outcome.BUILT
     assert built.image_id(OLD) != before
     assert engine.images.image_labels(names.local_ref(changed.tag))[names.FLAVOUR_ID_LABEL] == changed.id
+
+
+@pytest.mark.skipif(engine.connection.image_store() != "containerd", reason="the classic store keeps layers "
+                    "uncompressed, and the push compresses them as the site says")
+def test_an_image_stored_in_another_compression_is_built_again(built, reporter, tmp_path: Path) -> None:
+    """As if pulled from a gzip registry: the flavour's id, gzip layers. The skip would leave the push to fail
+    `push-compression`; the build says so and exports the layers again, as the site says."""
+    plan = built.plan()
+    flavour = built.flavour(NEW)
+    build_image(tmp_path / "gzip", flavour, (1,), compression="gzip")
+    assert engine.stored.layer_media_types(names.local_ref(flavour.tag)) == [GZIP_LAYER]
+
+    results = build.build_flavours(plan, [flavour], BuildOptions(), reporter)
+
+    assert results[0].outcome is Outcome.BUILT, results[0].message
+    assert any(f"stored as {GZIP_LAYER}, not the site's {plan.site.compression.describe()}: building it again" in text
+               for _, text in reporter.lines), reporter.lines
+    wanted = LAYER_MEDIA_TYPES[plan.site.compression.format]
+    assert set(engine.stored.layer_media_types(names.local_ref(flavour.tag))) <= set(wanted)
+    again = build.build_flavours(plan, [flavour], BuildOptions(), reporter)
+    assert again[0].outcome is Outcome.SKIPPED
 
 
 def test_ca_bundle_is_in_no_layer_of_the_image(built) -> None:
@@ -213,6 +237,7 @@ def test_without_keep_going_no_build_starts_after_a_failure(make_project, dangli
     assert not dangling_images()
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")  # the child starts with SIGINT at its default
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_interrupted_build_tags_nothing_and_leaves_nothing(make_project, dangling_images, no_leaked_containers,
                                                            signum: int) -> None:

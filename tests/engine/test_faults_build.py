@@ -246,6 +246,7 @@ def _role_containers(session_id: str, role: str) -> list[dict]:
             if (item.get("Labels") or {}).get(engine.containers.CREATED_BY_LABEL) == role]
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")  # the child starts with SIGINT at its default
 @pytest.mark.parametrize("phase", ["smoke", "checks"])
 def test_ctrl_c_during_test_leaves_no_container_and_no_half_report(project, session_id, no_leaked_containers,
                                                                    phase: str) -> None:

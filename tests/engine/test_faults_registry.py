@@ -179,6 +179,7 @@ def test_push_failing_for_good_is_a_clear_error_and_a_rerun_completes(compressio
     assert_clean(rerun, proxy)
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")  # the child starts with SIGINT at its default
 @pytest.mark.parametrize(("signum", "compression"), [(signal.SIGINT, "zstd"), (signal.SIGTERM, "gzip")],
                          ids=["SIGINT-group-zstd", "SIGTERM-gzip"])
 def test_interrupted_push_stops_cleanly_and_a_rerun_completes(signum: int, compression: str, project: Project,

@@ -179,6 +179,7 @@ class CrashingPytest:
         raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 @pytest.mark.parametrize("interrupt", [True, False])
 def test_a_crash_of_pytest_while_reporting_ctrl_c_is_still_the_interrupt(interrupt: bool, tmp_path: Path,
                                                                         monkeypatch) -> None:

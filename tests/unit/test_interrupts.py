@@ -2,7 +2,8 @@
 
 Deterministic: the SIGINT is a real signal, sent by the process to itself at a chosen point (the n-th write of
 `render`, the import of a chosen module during start-up), not at a chosen time. Python's own SIGINT handler is
-put in place first: a shell starts background jobs (CI steps among them) with SIGINT ignored.
+put in place first (the `ctrl_c_raises` fixture): a shell starts background jobs (CI steps among them) with SIGINT
+ignored.
 """
 from __future__ import annotations
 
@@ -24,11 +25,7 @@ STALE = "# stale\n"
 STOPPED = ("interrupted", "aborted")  # the CLI's words for Ctrl-C (click says aborted inside a command)
 
 
-@pytest.fixture(autouse=True)
-def ctrl_c_raises() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+pytestmark = pytest.mark.usefixtures("ctrl_c_raises")  # tests/conftest.py: SIGINT raises, however started
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ import pytest
 
 from xla_images.run.workers import Workers
 
-pytestmark = pytest.mark.unit
+# SIGINT raises KeyboardInterrupt however the suite was started (tests/conftest.py).
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("ctrl_c_raises")]
 
 
 def _interrupt_self() -> None:

@@ -1,7 +1,9 @@
 """Build flavour images on the Docker engine: context, base, streaming build, tag, clean up.
 
 How a flavour is built:
-  1. skip it when `xla-images:<tag>` already carries the flavour's content-addressed id (unless forced);
+  1. skip it when `xla-images:<tag>` already carries the flavour's content-addressed id (unless forced) and, on
+     the containerd image store, holds its layers in the site's compression (an image pulled from a gzip
+     registry is built again, saying so: the push sends the stored blobs as they are);
   2. check its committed lock is fresh, pick its base image (site base if present or pullable, else the
      bootstrapped `xla-images/base:<python>`), write a context to a temp dir;
   3. build the flavour UNTAGGED through BuildKit (`docker buildx build`; the site's pip settings and CA bundle
@@ -34,7 +36,7 @@ from .. import diskio
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..generate.sync import LockState, lock_status
-from ..model.compression import Compression
+from ..model.compression import LAYER_MEDIA_TYPES, Compression
 from ..model.target import Target
 from ..names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
 from . import base as bases, build_mutex, engine
@@ -222,6 +224,8 @@ class _Run:
         image_id = built_image_id(flavour)
         if image_id is None:
             return False
+        if not self._stored_as_exported(flavour, image_id):
+            return False
         _tag_aliases(flavour, image_id)
         result = self.results[flavour.tag]
         result.outcome, result.image_id = Outcome.SKIPPED, image_id
@@ -229,6 +233,22 @@ class _Run:
         result.message = f"{local_ref(flavour.tag)} already has flavour id {flavour.id[7:19]} (--force rebuilds)"
         self.reporter.finished(result)
         return True
+
+    def _stored_as_exported(self, flavour: Target, image_id: str) -> bool:
+        """False, saying so, when the containerd store holds the image's layers in another compression than the
+        site's (pulled from a gzip registry, or built with another setting): the push would send them as they
+        are and fail `push-compression`, so the flavour is built again, its layers exported as the site says."""
+        if self.export is None:  # the classic store keeps layers uncompressed: the push compresses them
+            return True
+        stored = engine.stored.layer_media_types(image_id)
+        wanted = LAYER_MEDIA_TYPES[self.export.format]
+        other = sorted({media_type for media_type in stored or () if media_type not in wanted})
+        if not other:
+            return True
+        self.reporter.notice(f"{local_ref(flavour.tag)} has flavour id {flavour.id[7:19]} but its layers are "
+                             f"stored as {', '.join(other)}, not the site's {self.export.describe()}: building "
+                             f"it again, its layers exported as {self.export.format}")
+        return False
 
     def _work(self, todo: queue.Queue[Target]) -> None:
         while not self.stop.is_set():
@@ -304,6 +324,9 @@ class _Run:
                 build = engine.classic.StreamingBuild(context, args, no_cache=self.options.no_cache)
             self.reporter.state(flavour, "building")
             image_id = self._run(flavour, build, say)
+        if self.buildkit and self.export is not None:  # what the skip check asks of this image next time
+            layers = len(engine.images.image_layers(image_id))
+            engine.stored.remember(image_id, [engine.buildkit.exported_layer_media_type(self.export)] * layers)
         with self.lock:
             if self.interrupted.is_set():
                 raise engine.builds.BuildAborted()  # finished as the interrupt came: clean-up removes it untagged

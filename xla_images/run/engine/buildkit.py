@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import Failure
-from ...model.compression import Compression
+from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.published import is_digest
 from . import builds, connection
 
@@ -174,6 +174,11 @@ def image_output(export: Compression) -> str:
     if export.level is not None:
         options.append(f"compression-level={export.level}")
     return ",".join(options)
+
+
+def exported_layer_media_type(export: Compression) -> str:
+    """The media type every layer of a build exported by `image_output(export)` is stored with."""
+    return LAYER_MEDIA_TYPES[export.format][0]
 
 
 def _read_id(path: Path) -> str:

@@ -1,0 +1,135 @@
+"""What the containerd image store holds of an image: its layers' media types, so their compression.
+
+Docker 26's API says it nowhere but in `docker save`: on the containerd store an image's id is the digest of its
+manifest (or index), and the save stream is the store's blobs, in digest order. Reading up to the manifest can
+mean gigabytes (a minute for a real flavour), so each answer is kept in the cache under that digest, which makes it
+never stale; a build that has just exported an image's layers notes them there at once (`remember`).
+"""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from ... import diskio
+from ...cache import cache_dir
+from ...errors import Failure, XlaImagesError
+from . import connection, images
+
+# A manifest or index is small; a blob past this is a layer or config, passed over unread.
+MANIFEST_LIMIT = 4 << 20
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+
+
+def layer_media_types(ref: str) -> list[str] | None:
+    """The media types of the image's layers as the containerd image store holds them (so: their compression),
+    bottom first; None on the classic store (it keeps layers uncompressed) or when the save names no manifest."""
+    if connection.image_store() != "containerd":
+        return None
+    attrs = images.image_inspect(ref)
+    if attrs is None:
+        raise Failure(f"image {ref} is not on this engine", rule="image-exists")
+    image_id = str(attrs["Id"])
+    remembered = _remembered(image_id)
+    if remembered is not None:
+        return remembered
+    found = _read_from_save(ref, image_id)
+    if found is not None:
+        remember(image_id, found)
+    return found
+
+
+def remember(image_id: str, media_types: list[str]) -> None:
+    """Note the layer media types of the containerd-store image `image_id` (the digest of its manifest, so the
+    note is never stale): a build that has just exported its layers knows them; a pull's are read once."""
+    try:
+        diskio.write_text_atomic(_note_path(image_id), json.dumps({"layers": media_types}),
+                                 "a stored-layers cache entry", root=cache_dir())
+    except XlaImagesError:
+        pass  # a cache that cannot be written costs the next skip check one read of the export
+
+
+def _note_path(image_id: str) -> Path:
+    return cache_dir() / "stored-layers" / f"{image_id.removeprefix('sha256:')}.json"
+
+
+def _remembered(image_id: str) -> list[str] | None:
+    try:
+        layers = json.loads(_note_path(image_id).read_text(encoding="utf-8")[:1 << 20])["layers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [str(item) for item in layers] if isinstance(layers, list) and layers else None
+
+
+def _read_from_save(ref: str, image_id: str) -> list[str] | None:
+    wanted = {image_id.removeprefix("sha256:")}
+    seen: dict[str, dict[str, Any]] = {}
+    chunks = images.save_image_stream(ref)
+    try:
+        with tarfile.open(fileobj=io.BufferedReader(_ChunkReader(chunks), 1 << 20), mode="r|") as saved:
+            for member in saved:
+                digest = member.name.removeprefix("blobs/sha256/")
+                if digest == member.name or not member.isfile() or member.size > MANIFEST_LIMIT:
+                    continue
+                handle = saved.extractfile(member)
+                document = _json_object(handle.read() if handle else b"")
+                if document is None:
+                    continue
+                seen[digest] = document
+                found = _layer_types(wanted, seen)
+                if found is not None:
+                    return found
+    except tarfile.TarError as error:
+        raise Failure(f"cannot read the export of {ref}: {error}", rule="engine-save") from None
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # the engine stops exporting the rest
+    return None
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(data)
+    except ValueError:  # a small layer or some other blob
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _layer_types(wanted: set[str], seen: dict[str, dict[str, Any]]) -> list[str] | None:
+    """The layer media types of the first wanted manifest seen; an index seen adds its manifests to `wanted`."""
+    for digest in sorted(wanted & set(seen)):
+        document = seen[digest]
+        if document.get("mediaType") in INDEX_TYPES or "manifests" in document:
+            wanted.discard(digest)
+            wanted.update(str(item.get("digest", "")).removeprefix("sha256:")
+                          for item in document.get("manifests") or [] if isinstance(item, dict)
+                          and (item.get("platform") or {}).get("os") != "unknown")  # not an attestation
+            return _layer_types(wanted, seen)
+        if isinstance(document.get("layers"), list):
+            return [str(layer.get("mediaType")) for layer in document["layers"] if isinstance(layer, dict)]
+    return None
+
+
+class _ChunkReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks, for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
