@@ -32,6 +32,7 @@ import zstandard
 from .. import diskio
 from ..model.target import Target
 from ..names import VENV
+from .engine.images import ChunkReader
 
 TEST_MODULE = Path(__file__).with_name("image_checks") / "test_image.py"
 CHECKS_XML = "checks.xml"
@@ -86,28 +87,6 @@ class LayerScan:
 
 
 # --- layers ----------------------------------------------------------------------------------------------
-
-class _ChunkReader(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks, for tarfile's stream mode."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            try:
-                self._pending = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
-
 
 class _Prefixed(io.RawIOBase):
     """`head` followed by the rest of `stream`: lets us sniff a member's first block and still read it whole."""
@@ -199,7 +178,7 @@ def saved_layers(chunks: Iterable[bytes]) -> Iterator[tuple[str, BinaryIO]]:
     """Each layer of a `docker save` stream as (the first 12 hex of its name, its tar uncompressed), in the
     stream's order. Each stream is valid until the next one is asked for. Members that are no tar once
     uncompressed (config blobs, manifests) are passed over."""
-    stream = io.BufferedReader(_ChunkReader(chunks), buffer_size=1 << 20)
+    stream = io.BufferedReader(ChunkReader(chunks), buffer_size=1 << 20)
     with tarfile.open(fileobj=stream, mode="r|") as outer:
         for member in outer:
             if not member.isfile() or not _may_be_layer(member.name):

@@ -19,14 +19,13 @@ does not depend on the number of threads.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import subprocess
 import tarfile
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable
 
 from .. import diskio
 from ..cache import cache_dir
@@ -170,7 +169,7 @@ def _export_and_upload(image: str, client: RegistryClient, compression: Compress
     Each layer is remembered as soon as the registry has it, so a push cut later does not send it again."""
     made: dict[str, Layer] = {}
     config: bytes | None = None
-    stream = _ChunkReader(engine.images.save_image_stream(image))
+    stream = engine.images.ChunkReader(engine.images.save_image_stream(image))
     try:
         with tarfile.open(fileobj=stream, mode="r|", bufsize=READ_SIZE) as archive:
             for member in archive:
@@ -289,32 +288,3 @@ def put_manifest(client: RegistryClient, tag: str, manifest: bytes, digest: str)
     if served != digest:
         raise Failure(f"{client.registry.ref(tag)} resolves to {served}, but the push produced {digest}",
                       rule="push-verified", hint="someone else pushed the same tag meanwhile; push again")
-
-
-class _ChunkReader(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks (the engine's export), for tarfile's stream mode."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buffer = memoryview(b"")
-        self._offset = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, target: Any) -> int:
-        while self._offset >= len(self._buffer):
-            try:
-                self._buffer, self._offset = memoryview(next(self._chunks)), 0
-            except StopIteration:
-                return 0
-        size = min(len(target), len(self._buffer) - self._offset)
-        target[:size] = self._buffer[self._offset:self._offset + size]
-        self._offset += size
-        return size
-
-    def close(self) -> None:
-        close = getattr(self._chunks, "close", None)
-        if close is not None:
-            close()
-        super().close()

@@ -2,7 +2,8 @@
 remove. A missing image is None or a Failure naming it, never an SDK exception."""
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+import io
+from typing import Any, Iterable, Iterator
 
 import docker
 import docker.errors
@@ -102,6 +103,37 @@ def save_image_stream(ref: str) -> Iterator[bytes]:
         raise Failure(f"image {ref} is not on this engine", rule="image-exists") from None
     except docker.errors.APIError as error:
         raise Failure(f"cannot export {ref}: {connection.error_text(error)}", rule="engine-save") from None
+
+
+class ChunkReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks (an export from `save_image_stream`), for tarfile's
+    stream mode: one pass, never held whole."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = memoryview(b"")
+        self._offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while self._offset >= len(self._buffer):
+            try:
+                self._buffer, self._offset = memoryview(next(self._chunks)), 0
+            except StopIteration:
+                return 0
+        size = min(len(target), len(self._buffer) - self._offset)
+        target[:size] = self._buffer[self._offset:self._offset + size]
+        self._offset += size
+        return size
+
+    def close(self) -> None:
+        # Closing the generator ends the engine's export (its HTTP response) instead of leaving it half read.
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        super().close()
 
 
 def tag_image(image: str, repository: str, tag: str) -> None:

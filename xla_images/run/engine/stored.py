@@ -11,7 +11,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ... import diskio
 from ...cache import cache_dir
@@ -68,7 +68,7 @@ def _read_from_save(ref: str, image_id: str) -> list[str] | None:
     seen: dict[str, dict[str, Any]] = {}
     chunks = images.save_image_stream(ref)
     try:
-        with tarfile.open(fileobj=io.BufferedReader(_ChunkReader(chunks), 1 << 20), mode="r|") as saved:
+        with tarfile.open(fileobj=io.BufferedReader(images.ChunkReader(chunks), 1 << 20), mode="r|") as saved:
             for member in saved:
                 digest = member.name.removeprefix("blobs/sha256/")
                 if digest == member.name or not member.isfile() or member.size > MANIFEST_LIMIT:
@@ -111,25 +111,3 @@ def _layer_types(wanted: set[str], seen: dict[str, dict[str, Any]]) -> list[str]
         if isinstance(document.get("layers"), list):
             return [str(layer.get("mediaType")) for layer in document["layers"] if isinstance(layer, dict)]
     return None
-
-
-class _ChunkReader(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks, for tarfile's stream mode."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            try:
-                self._pending = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
