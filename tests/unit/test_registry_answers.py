@@ -239,3 +239,20 @@ def test_a_tag_outside_the_grammar_is_refused(registry, tag: str) -> None:
     with pytest.raises(Failure) as caught:
         client_for(server).tags()
     assert caught.value.rule == "registry-answer"
+
+
+# --- Locations -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("location", ["http://[::1", "https://[zz]/x"])
+def test_a_redirect_to_a_location_that_is_no_url_is_a_failure(registry, location: str) -> None:
+    server = registry(lambda exchange: answer(307, {"Location": location}))
+    with pytest.raises(Failure) as caught:
+        client_for(server).manifest_bytes(sha(A))
+    assert caught.value.rule == "registry-answer" and location not in caught.value.message
+
+
+def test_an_upload_location_that_is_no_url_is_a_failure(registry) -> None:
+    server = registry(lambda exchange: answer(202, {"Location": "http://[::1/upload"}))
+    with pytest.raises(Failure) as caught:
+        client_for(server).request("PATCH", "http://[::1/upload", data=b"x")
+    assert caught.value.rule == "registry-answer"

@@ -256,7 +256,7 @@ class RegistryClient:
         if stream:  # the body is read after this returns: the caller holds the deadline (exchange, deadline_for)
             return self._request(method, path, headers, data=data, params=params, stream=stream,
                                  attempts=1 if once else None)
-        with self.exchange(f"{method} {urlsplit(path).path}", self.deadline_for(len(data or b""))):
+        with self.exchange(f"{method} {policy.path_of(path)}", self.deadline_for(len(data or b""))):
             return self._request(method, path, headers, data=data, params=params, attempts=1 if once else None)
 
     def raise_for(self, response: requests.Response, what: str) -> None:
@@ -327,6 +327,8 @@ class RegistryClient:
                                                 allow_redirects=False, **extra)
             except requests.RequestException as error:
                 raise classify(error, trust.host, trust.describe(), str(trust.certs_dir)) from None
+            except ValueError:  # requests' own parse of a URL a registry answered (a Location): `http://[::1`
+                raise policy.not_a_url() from None
             target = (policy.redirect_target(url, response.headers.get("Location"), method, hops)
                       if response.status_code in policy.REDIRECT_STATUSES else None)
             if target is None:

@@ -38,13 +38,31 @@ Origin = tuple[str, str, int]
 
 def origin(url: str) -> Origin:
     """(scheme, host, port) of an absolute URL, the port made explicit: what "the same host" compares."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # `http://[::1` or `https://[zz]/x`: a Location that a registry must never answer
+        raise not_a_url() from None
     scheme = parts.scheme.lower()
     try:
         port = parts.port
     except ValueError:  # a port that is not a number: an origin no registry has
         port = -1
-    return scheme, (parts.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme, -1)
+    return scheme, (hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme, -1)
+
+
+def not_a_url() -> Failure:
+    # The URL itself is not shown: it may hold a user:password part, and it is not one a person can use.
+    return Failure("a registry answered a Location that is not a valid URL", rule="registry-answer",
+                   hint="check the registry (or the proxy before it)")
+
+
+def path_of(url: str) -> str:
+    """The path of a URL (an upload Location), for messages; a Failure when it is not a valid URL."""
+    try:
+        return urlsplit(url).path
+    except ValueError:
+        raise not_a_url() from None
 
 
 def same_origin(url: str, other: str) -> bool:
@@ -53,7 +71,10 @@ def same_origin(url: str, other: str) -> bool:
 
 def host_of(url: str) -> str:
     """`HOST[:PORT]` of a URL as a message shows it (never a user:password part)."""
-    return urlsplit(url).netloc.rpartition("@")[2]
+    try:
+        return urlsplit(url).netloc.rpartition("@")[2]
+    except ValueError:
+        return "(a URL that is not valid)"
 
 
 def environment_hosts(environ: Mapping[str, str], named: Iterable[str]) -> frozenset[str]:
@@ -78,7 +99,10 @@ def redirect_target(current: str, location: str | None, method: str, hops: int) 
     if hops >= MAX_REDIRECTS:
         raise Failure(f"{host_of(current)} redirected {method} more than {MAX_REDIRECTS} times",
                       rule="registry-redirect", hint="the registry or its storage redirects in a loop")
-    target = urljoin(current, location)
+    try:
+        target = urljoin(current, location)
+    except ValueError:
+        raise not_a_url() from None
     if origin(target)[0] not in _DEFAULT_PORTS:
         raise Failure(f"{host_of(current)} redirected {method} to a URL that is not http(s)",
                       rule="registry-redirect", hint="a registry redirects blob reads to http(s) storage only")
