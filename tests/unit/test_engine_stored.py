@@ -93,3 +93,10 @@ def test_no_manifest_in_the_save_is_none_and_nothing_is_remembered(engine_of) ->
 def test_the_classic_store_is_none_without_an_export(engine_of) -> None:
     saves = engine_of("sha256:" + "e" * 64, [], store="classic")
     assert stored.layer_media_types("classic") is None and saves == []
+
+
+def test_json_nested_past_the_parsers_depth_is_passed_over_not_a_traceback(engine_of) -> None:
+    deep = _blob(b"[" * 100_000 + b"]" * 100_000)  # a blob of a pulled image: RecursionError in json.loads
+    manifest = _blob(_manifest(GZIP))
+    engine_of(f"sha256:{manifest[0]}", [deep, manifest])
+    assert stored.layer_media_types("img") == [GZIP]

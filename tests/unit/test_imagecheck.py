@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from xla_images import abi
 from xla_images.abi import standalone
 from xla_images.generate import plan as plan_module
 from xla_images.generate import render
@@ -204,3 +206,25 @@ def test_bad_input_is_one_line_exit_2(tool: Path, constraints: Path, tmp_path: P
 def test_the_paths_the_tool_assumes_are_the_images() -> None:
     """imagecheck is standalone (it cannot import names): its defaults must be the paths the image has."""
     assert imagecheck.CONSTRAINTS == IMAGE_CONSTRAINTS and imagecheck.VENV == VENV
+
+
+def test_a_metadata_that_is_a_fifo_is_passed_over_not_waited_on(tmp_path: Path) -> None:
+    venv = fake_venv(tmp_path / "venv", {"torch": "2.9.0", "numpy": "2.4.6"})
+    site = venv / "lib" / "python3.11" / "site-packages"
+    metadata = next(site.glob("numpy*.dist-info")) / "METADATA"
+    metadata.unlink()
+    os.mkfifo(metadata)  # opened for reading, it would wait for a writer forever
+    assert imagecheck.installed_versions(site) == {"torch": "2.9.0"}
+
+
+@pytest.mark.parametrize("found, shown", [
+    ({"libraries_not_found": ("libcudart.so.11.0 (needed by ext.so; searched /opt/venv/lib)",)}, "libcudart.so.11.0"),
+    ({"layout_evidence": "compiled with -D_GLIBCXX_USE_CXX11_ABI=0"}, "-D_GLIBCXX_USE_CXX11_ABI=0"),
+    ({"pybind11_evidence": "its pybind11 internals (v4) are not torch's (v5)"}, "pybind11 internals"),
+])
+def test_a_problem_names_the_evidence_the_abi_check_found(found: dict, shown: str) -> None:
+    extension = abi.ExtensionCheck(path="ext.so", abi="cxx11", verdict="cannot load", torch_symbols=1, **found)
+    report = abi.CheckReport(path="site", verdict="cannot load", summary="", torch_abi="cxx11", torch_libraries=(),
+                             extensions=(extension,))
+    (problem,) = imagecheck.abi_problems(report, None)
+    assert shown in problem.message and "ext.so" in problem.message

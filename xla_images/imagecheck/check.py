@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -122,6 +123,8 @@ def installed_versions(site: Path) -> dict[str, str]:
     for info in sorted(site.glob("*.dist-info")):
         name = version = None
         try:
+            if not stat.S_ISREG((info / "METADATA").stat().st_mode):
+                continue  # a fifo would block the open; pip reads no such METADATA either
             with open(info / "METADATA", encoding="utf-8", errors="replace") as handle:
                 for line in handle:
                     if not line.strip():
@@ -207,14 +210,20 @@ def abi_problems(report: abi.CheckReport, expected_abi: str | None) -> list[Prob
             continue
         owner = f" ({extension.distribution})" if extension.distribution else ""
         symbol = extension.missing[0] if extension.missing else None
-        if extension.verdict == abi.ABI_MISMATCH:
-            what = f"built for the other ABI ({extension.abi}, torch is {report.torch_abi})"
-        else:
-            what = f"{extension.verdict}"
+        what = _abi_cause(extension, report.torch_abi)
         detail = f"; missing symbol {symbol.symbol}" if symbol else ""
         more = f" and {len(extension.missing) - 1} more" if len(extension.missing) > 1 else ""
         problems.append(Problem("abi", f"extension {extension.path}{owner} {what}{detail}{more}"))
     return problems
+
+
+def _abi_cause(extension: abi.ExtensionCheck, torch_abi: str | None) -> str:
+    """Why an extension would not load or work, with the evidence the ABI check found (not only its verdict)."""
+    if extension.verdict == abi.ABI_MISMATCH:
+        return f"built for the other ABI ({extension.abi}, torch is {torch_abi})"
+    evidence = (", ".join(extension.libraries_not_found[:2]) or extension.layout_evidence
+                or extension.pybind11_evidence)
+    return f"{extension.verdict} ({evidence})" if evidence else extension.verdict
 
 
 def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_pip: bool = True) -> CheckResult:

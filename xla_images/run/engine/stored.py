@@ -93,7 +93,7 @@ def _read_from_save(ref: str, image_id: str) -> list[str] | None:
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         document = json.loads(data)
-    except ValueError:  # a small layer or some other blob
+    except (ValueError, RecursionError):  # a small layer or some other blob; JSON nested past the parser's depth
         return None
     return document if isinstance(document, dict) else None
 
