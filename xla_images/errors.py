@@ -81,15 +81,16 @@ class XlaImagesError(Exception):
         self.rule = rule
         self.hint = redacted(hint) if hint else hint
 
-    def render(self) -> str:
+    def render(self, explain: bool = True) -> str:
         """One readable block: `file:line: error [rule]: message`, the hint, and last the rule to paste into
-        `build.py explain` (xla_images/rules.py holds every rule; scripts read the `error [rule]` prefix)."""
+        `build.py explain` (xla_images/rules.py holds every rule; scripts read the `error [rule]` prefix).
+        `explain=False` where there is no build.py to ask (the standalone ABI tool inside an image)."""
         prefix = f"{self.location}: " if self.location else ""
         rule = f" [{self.rule}]" if self.rule else ""
         text = f"{prefix}error{rule}: {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
-        if self.rule:
+        if self.rule and explain:
             text += f"\n  explain: build.py explain {self.rule}"
         return text
 

@@ -1,7 +1,8 @@
 """Every rule an error can name, defined once: its id, what it means, the doc section that explains it, a fix.
 
-Data only. An error names its rule (`error [yaml-syntax]: ...`); `build.py explain RULE` prints the entry and
-docs/rules.md lists them all (generated from this table by `build.py render`, drift-checked by `render --check`).
+The table, and the one lookup `explain` makes in it. An error names its rule (`error [yaml-syntax]: ...`);
+`build.py explain RULE` prints the entry and docs/rules.md lists them all (generated from this table by
+`build.py render`, drift-checked by `render --check`).
 tests/unit/test_rules.py holds the table and the code equal: every rule any module of xla_images (abi/ too)
 raises or compares is here, every rule here is raised somewhere, and every doc anchor exists.
 

@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _emit(report, arguments.json, format_check)
         return 0 if report.compatible else 1
     except XlaImagesError as error:
-        print(error.render(), file=sys.stderr)
+        print(error.render(explain=False), file=sys.stderr)  # no build.py beside the standalone tool
         return error.exit_code
 
 

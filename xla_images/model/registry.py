@@ -149,3 +149,10 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+# What a registry may answer for a tag or digest: single-platform manifests and indexes, Docker and OCI; the
+# engine's own store holds the same documents. distribution refuses manifests over 4 MiB.
+MANIFEST_TYPES = ("application/vnd.docker.distribution.manifest.v2+json", "application/vnd.oci.image.manifest.v1+json")
+INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
+MANIFEST_LIMIT = 4 << 20

@@ -33,8 +33,6 @@ from . import netread
 from .registry import RegistryClient, answers
 from .registry.upload import DEFAULT_CHUNK, BlobUpload, blob_exists
 
-INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json",
-               "application/vnd.oci.image.index.v1+json")
 Progress = Callable[[str], None]
 
 
@@ -213,7 +211,7 @@ def copy_image(image: SourceImage, copier: BlobCopier) -> Transfer:
     destination = copier.destination
     host = copier.source.registry.host
     document = answers.json_object(image.manifest, host, "a manifest")
-    if image.media_type in INDEX_TYPES or "manifests" in document:
+    if image.media_type in answers.INDEX_TYPES or "manifests" in document:
         children = document.get("manifests") or []
         if not isinstance(children, list) or not all(isinstance(child, dict) for child in children):
             raise answers.refuse(host, "an index", "`manifests` that is not a list of objects")

@@ -16,11 +16,8 @@ from typing import Any
 from ... import diskio
 from ...cache import cache_dir
 from ...errors import Failure, XlaImagesError
+from ...model.registry import INDEX_TYPES, MANIFEST_LIMIT
 from . import connection, images
-
-# A manifest or index is small; a blob past this is a layer or config, passed over unread.
-MANIFEST_LIMIT = 4 << 20
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 
 
 def layer_media_types(ref: str) -> list[str] | None:
@@ -71,6 +68,7 @@ def _read_from_save(ref: str, image_id: str) -> list[str] | None:
         with tarfile.open(fileobj=io.BufferedReader(images.ChunkReader(chunks), 1 << 20), mode="r|") as saved:
             for member in saved:
                 digest = member.name.removeprefix("blobs/sha256/")
+                # A manifest or index is small: a blob past the limit is a layer or config, passed over unread.
                 if digest == member.name or not member.isfile() or member.size > MANIFEST_LIMIT:
                     continue
                 handle = saved.extractfile(member)

@@ -14,11 +14,11 @@ import requests
 
 from ...errors import Failure, shown_value
 from ...model.published import is_digest  # the one digest grammar
+from ...model.registry import INDEX_TYPES, MANIFEST_LIMIT, MANIFEST_TYPES
 from .. import netread
 
-__all__ = ["is_digest"]
-# distribution refuses manifests over 4 MiB; a token answer is small; an image config is a few KiB.
-MANIFEST_LIMIT = 4 << 20
+__all__ = ["INDEX_TYPES", "MANIFEST_LIMIT", "MANIFEST_TYPES", "is_digest"]
+# A token answer is small; an image config is a few KiB (MANIFEST_LIMIT: model.registry).
 TOKEN_LIMIT = 1 << 20
 CONFIG_LIMIT = 16 << 20
 # Tag lists are read page by page, each page bounded, never accumulated as bytes: distribution's pages hold at
@@ -28,9 +28,6 @@ TAGS_LIMIT = 4 << 20
 MAX_TAGS = 100_000
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # distribution's tag grammar
 
-# Everything a registry may answer for a tag: single-platform manifests and indexes, Docker and OCI.
-MANIFEST_TYPES = ("application/vnd.docker.distribution.manifest.v2+json", "application/vnd.oci.image.manifest.v1+json")
-INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 MANIFEST_MEDIA_TYPES = (MANIFEST_TYPES[0], INDEX_TYPES[0], MANIFEST_TYPES[1], INDEX_TYPES[1])
 
 
