@@ -414,6 +414,7 @@ def test_a_helper_in_the_current_directory_is_never_run(element: str, tmp_path: 
     (f"echo '{json.dumps({'Username': USER, 'Secret': SECRET})}'", "stdout"),
     (f"echo 'error: password={SECRET} rejected' >&2", "stderr"),
     (f"echo 'token {SECRET} has expired' >&2", "stderr"),
+    ("echo 'login failed for hunter2' >&2", "a short bare secret"),
 ])
 def test_a_failing_helper_is_named_with_its_exit_code_and_a_redacted_line(said: str, stream: str,
                                                                           tmp_path: Path) -> None:
@@ -424,7 +425,7 @@ def test_a_failing_helper_is_named_with_its_exit_code_and_a_redacted_line(said: 
         creds.load_credentials("h.example", {"PATH": str(tmp_path / "bin")}, config)
     text = caught.value.render()
     assert "docker-credential-broken" in text and "exit 3" in text and caught.value.rule == "registry-credentials"
-    assert SECRET not in text, stream
+    assert SECRET not in text and "hunter2" not in text, stream
 
 
 def test_a_docker_config_that_is_not_a_directory_is_one_warning(tmp_path: Path,

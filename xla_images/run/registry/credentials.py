@@ -269,10 +269,11 @@ def find_program(program: str, search: str) -> str | None:
     return None
 
 
-# Whatever may be a secret in a helper's words: a JSON answer, `password=...`-like pairs, and long runs of
-# letters and digits (tokens, base64) — a failing helper may have printed the secret it was asked for.
+# Whatever may be a secret in a helper's words: a JSON answer, `password=...`-like pairs, and any word of 4 or
+# more characters that is not plain lowercase prose (a digit, a base64 sign, a capital past the first letter):
+# a failing helper may have printed the secret it was asked for, and `hunter2` is as secret as a token.
 _SECRET_PAIR = re.compile(r"(?i)\b(password|passwd|secret|token|auth|pw)(\s*[=:]\s*)\S+")
-_TOKEN_LIKE = re.compile(r"[A-Za-z0-9+/=_.~-]{12,}")
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9+/=_.~-]{4,}")
 
 
 def redacted_line(said: str) -> str:
@@ -287,9 +288,9 @@ def redacted_line(said: str) -> str:
 
 
 def _may_be_secret(word: str) -> bool:
-    """A long word with a digit, a base64 sign or mixed case; `docker-credential-pass`, `keychain` are not."""
-    return bool(re.search(r"[0-9+/=_~]", word)) or (any(c.isupper() for c in word[1:]) and
-                                                     any(c.islower() for c in word))
+    """A word with a digit, a base64 sign or a capital past its first letter; `docker-credential-pass`,
+    `keychain`, `Credentials` are not (over-redacting `HTTP` is the price of never showing `S3CRET`)."""
+    return bool(re.search(r"[0-9+/=_~]", word)) or any(c.isupper() for c in word[1:])
 
 
 def bounded_run(command: list[str], stdin: bytes, timeout: float, limit: int, what: str) -> tuple[int, bytes, bytes]:
