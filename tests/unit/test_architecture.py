@@ -148,6 +148,16 @@ def test_no_test_module_imports_another() -> None:
     assert not offenders, offenders
 
 
+def test_no_two_test_modules_share_a_name() -> None:
+    """The test folders have no __init__.py, so pytest imports each test module by its bare name: a second
+    test_build.py in another folder stops the whole run at collection ("import file mismatch")."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        by_name.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1 and name != "conftest.py"}
+    assert not shared, shared
+
+
 def test_no_product_function_is_only_pass() -> None:
     """A method that does nothing (a Reporter's `line` implemented as `pass` by both displays) says a job is
     done that nobody does: drop it from the protocol instead. Docstring-only bodies count as `pass` too."""
