@@ -256,3 +256,20 @@ def test_an_upload_location_that_is_no_url_is_a_failure(registry) -> None:
     with pytest.raises(Failure) as caught:
         client_for(server).request("PATCH", "http://[::1/upload", data=b"x")
     assert caught.value.rule == "registry-answer"
+
+
+# --- answers nobody streams ------------------------------------------------------------------------------
+
+def test_an_unstreamed_answer_is_bounded_before_it_is_all_in_memory(registry) -> None:
+    endless = b"x" * (answers.SMALL_ANSWER_LIMIT + 1)  # chunked: no Content-Length to refuse up front
+    server = registry(lambda exchange: answer(200, {"Transfer-Encoding": "chunked"},
+                                              f"{len(endless):x}\r\n".encode() + endless + b"\r\n0\r\n\r\n"))
+    with pytest.raises(Failure) as caught:
+        client_for(server).check_reachable()
+    assert caught.value.rule == "registry-answer" and "GET /v2/" in caught.value.message
+
+
+def test_an_unstreamed_answer_within_its_bound_is_served_as_content(registry) -> None:
+    server = registry(lambda exchange: answer(202, {"Location": "/v2/repo/blobs/uploads/1"}, b'{"ok": true}'))
+    response = client_for(server).request("POST", "/v2/repo/blobs/uploads/")
+    assert response.status_code == 202 and response.json() == {"ok": True}

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import requests
 
 from xla_images.errors import Failure
 from xla_images.model.compression import OCI_MANIFEST, Compression
@@ -27,12 +28,13 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class Answer:
-    def __init__(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        self.status_code, self.headers, self.content = status, headers or {}, body
+class Answer(requests.Response):
+    """A real requests.Response over bytes in memory: the client streams and bounds every body it reads."""
 
-    def close(self) -> None:
-        pass
+    def __init__(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        super().__init__()
+        self.status_code, self.raw = status, io.BytesIO(body)
+        self.headers.update({"Content-Length": str(len(body)), **(headers or {})})
 
 
 class MemoryRegistry:

@@ -18,7 +18,9 @@ from ...model.registry import INDEX_TYPES, MANIFEST_LIMIT, MANIFEST_TYPES
 from .. import netread
 
 __all__ = ["INDEX_TYPES", "MANIFEST_LIMIT", "MANIFEST_TYPES", "is_digest"]
-# A token answer is small; an image config is a few KiB (MANIFEST_LIMIT: model.registry).
+# A token answer is small; an image config is a few KiB (MANIFEST_LIMIT: model.registry); any other answer that
+# is not streamed (/v2/, an upload's, a DELETE's, an error's) holds at most a short JSON error document.
+SMALL_ANSWER_LIMIT = 1 << 20
 TOKEN_LIMIT = 1 << 20
 CONFIG_LIMIT = 16 << 20
 # Tag lists are read page by page, each page bounded, never accumulated as bytes: distribution's pages hold at

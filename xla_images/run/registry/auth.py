@@ -103,11 +103,11 @@ class Authenticator:
         if credentials is not None and credentials.identity_token:
             form = {"grant_type": "refresh_token", "refresh_token": credentials.identity_token,
                     "client_id": CLIENT_ID, "scope": " ".join(wanted), **({"service": service} if service else {})}
-            response = self._send("POST", realm, {}, None, {"data": form})
+            response = self._send("POST", realm, {}, None, {"data": form, "stream": True})
         else:
             params = [("scope", scope) for scope in wanted] + ([("service", service)] if service else [])
             auth = credentials.basic if credentials else None
-            response = self._send("GET", realm, {}, auth, {"params": params})
+            response = self._send("GET", realm, {}, auth, {"params": params, "stream": True})
         if response.status_code in (401, 403):
             response.close()
             raise auth_refused(self.host, credentials, f"the token service refused the credentials "

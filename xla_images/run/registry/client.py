@@ -319,12 +319,13 @@ class RegistryClient:
         refused, never answered."""
         url = start = self._url(path)
         extra = {key: value for key, value in body.items() if value is not None and value is not False}
+        streamed = bool(extra.pop("stream", False))
         hops, left = 0, False
         while True:
             trust = self._trust_for(url)
             try:
                 response = self.session.request(method, url, headers=headers, auth=auth, timeout=self.timeout,
-                                                allow_redirects=False, **extra)
+                                                allow_redirects=False, stream=True, **extra)
             except requests.RequestException as error:
                 raise classify(error, trust.host, trust.describe(), str(trust.certs_dir)) from None
             except ValueError:  # requests' own parse of a URL a registry answered (a Location): `http://[::1`
@@ -347,6 +348,8 @@ class RegistryClient:
         if response.status_code in RETRIED_STATUSES:
             response.close()
             raise RegistryDown(f"HTTP {response.status_code}")
+        if not streamed:
+            _read_small_answer(response, self.registry.host, f"{method} {policy.path_of(start)}")
         return response
 
     def _trust_for(self, url: str) -> Trust:
@@ -395,6 +398,14 @@ def _cookieless_session() -> requests.Session:
     session = requests.Session()
     session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
     return session
+
+
+def _read_small_answer(response: requests.Response, host: str, what: str) -> None:
+    """An answer the caller did not ask to stream (/v2/, an upload's, a DELETE's, an error's) is small: read it
+    now, bounded, as requests would have read it whole before any check (an endless body grew until memory ran
+    out). `.content` then serves the bytes, as for any unstreamed response."""
+    data = answers.body(response, answers.SMALL_ANSWER_LIMIT, host, what)
+    response._content, response._content_consumed = data, True  # requests' own fields for a body already read
 
 
 def _next_page(link: str) -> str | None:
