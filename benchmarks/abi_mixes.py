@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xla_images import abi  # noqa: E402
 
 WHEELS = Path(os.environ.get("XLA_IMAGES_TEST_WHEELS", Path.home() / ".cache" / "xla-images" / "test-wheels"))
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux1_x86_64")  # torch 2.6.0 is tagged manylinux1
+# torch 2.6.0 is tagged manylinux1, nvidia-cusparselt-cu12 0.6.3 manylinux2014
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 RUN_TIMEOUT = 600
 
 HARNESS = "xla_images_harness"  # the custom operator extension's directory in the view, and its probe
@@ -58,6 +59,9 @@ LOADER_KINDS = {
     "xla_images_helper_rpath": ("helpers.cpp", (), ("c10",), "rpath", None, False, None),
     "xla_images_newer_c_api": ("python_api.cpp", ("NEWER_API",), ("c10",), None, None, True, None),
     "xla_images_c_api": ("python_api.cpp", (), ("c10",), None, None, True, None),
+    # issue 34's false alarm: always C++11, so against torch 2.6's headers it is the C++11 build of 2.6 (headers do
+    # not depend on the flag; torch 2.6's PyPI wheel is pre-C++11, its include tree is the same)
+    "xla_images_classes": ("custom_class.cpp", (), ("c10", "torch", "torch_cpu"), None, 1, False, None),
     "xla_images_layout_other": ("layout.cpp", (), ("c10", "torch_cpu"), None, 0, False, None),
     "xla_images_layout_same": ("layout.cpp", (), ("c10", "torch_cpu"), None, 1, False, None),
     "xla_images_pybind11_other": ("pybind_types.cpp", ("EXCHANGE",), ("c10",), None, None, True, OTHER_PYBIND11),
@@ -97,7 +101,9 @@ PROBES: dict[str, str] = {
               "library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
               "assert library.harness_entry() == 0\n"
               + ("assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n"
-                 if name == HARNESS else "")) for name in (HARNESS, STREAMS, *LOADER_KINDS)
+                 if name == HARNESS else "")
+              + ("assert torch.classes.xla_images_classes.Counter(40).add(2) == 42\n"
+                 if name == "xla_images_classes" else "")) for name in (HARNESS, STREAMS, *LOADER_KINDS)
        if not (name in LOADER_KINDS and LOADER_KINDS[name][5])},
     **{name: ("import os, sys, importlib.util, torch\n"
               f"sys.path.insert(0, os.path.join(os.path.dirname(importlib.util.find_spec('torch')"
@@ -121,13 +127,17 @@ class Mix:
 
 
 
-# torch 2.6 pins triton 3.2.0 (the host venv has torch 2.9's 3.5): torch_xla 2.6's import reaches triton.
-TRITON = {"2.6.0": "triton==3.2.0"}
+# What a torch release needs beside it that the host's differs in. torch 2.6 pins triton 3.2.0 (the host venv has
+# torch 2.9's 3.5): torch_xla 2.6's import reaches triton.
+# torch 2.7 finds libcusparseLt.so.0 in cusparselt/lib (nvidia-cusparselt-cu12 0.6.3), where the host's 0.7.1 has
+# nvidia/cusparselt/lib: without it torch 2.7 does not import at all.
+COMPANIONS = {"2.6.0": "triton==3.2.0", "2.7.0": "nvidia-cusparselt-cu12==0.6.3"}
 
 
 def _xla(torch: str, xla: str, why: str, ci: bool = False) -> Mix:
     replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "",
-                                      f"torch_xla=={xla}" if xla != "2.9.0" else "", TRITON.get(torch, "")) if item)
+                                      f"torch_xla=={xla}" if xla != "2.9.0" else "", COMPANIONS.get(torch, ""))
+                    if item)
     return Mix(f"torch {torch} + torch_xla {xla}", replace, ("torch_xla",), why, ci=ci)
 
 
@@ -139,7 +149,8 @@ def _extension(torch: str, package: str, version: str, built_for: str, why: str,
 def _operators(torch: str, headers: str, why: str, kind: str = HARNESS) -> Mix:
     """A custom extension (BUILT[kind]: registering an operator, or using std::ostringstream) compiled here against
     torch `headers`' include tree and libraries, imported beside torch `torch`."""
-    replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "", TRITON.get(torch, "")) if item)
+    replace = tuple(item for item in (f"torch=={torch}" if torch != "2.9.0" else "", COMPANIONS.get(torch, ""))
+                    if item)
     what = "custom operator extension" if kind == HARNESS else "custom extension with std::ostringstream"
     return Mix(f"torch {torch} + {what} (compiled against torch {headers})", replace, (kind,), why, headers=headers)
 
@@ -206,6 +217,13 @@ MIXES: tuple[Mix, ...] = (
         ("xla_images_pybind11_other", f"pybind11 {OTHER_PYBIND11} module returning torch's c10::DispatchKey"),
         ("xla_images_pybind11_other_own_types", f"pybind11 {OTHER_PYBIND11} module sharing no torch type"),
         ("xla_images_pybind11_torchs", "control: torch's pybind11, returning c10::DispatchKey"))),
+    # issue 34's false alarm: a C++11 TorchScript custom class compiled against torch 2.6's headers, under 2.7
+    Mix("torch 2.7.0 + TorchScript custom class (C++11, compiled against torch 2.6.0)",
+        ("torch==2.7.0", COMPANIONS["2.7.0"]), ("xla_images_classes",),
+        "custom class, previous torch's headers, same ABI flag", headers="2.6.0"),
+    Mix("torch 2.7.0 + TorchScript custom class (compiled against torch 2.7.0)",
+        ("torch==2.7.0", COMPANIONS["2.7.0"]), ("xla_images_classes",),
+        "control: custom class compiled against this torch", headers="2.7.0"),
 )
 
 
@@ -222,7 +240,7 @@ def host_site() -> Path:
 def fetch_wheel(requirement: str) -> Path:
     """The cp311 x86_64 wheel of name==version, downloaded (without dependencies) once into WHEELS."""
     name, version = requirement.split("==")
-    pattern = f"{name.replace('-', '_')}-{version}-cp311-cp311-*_x86_64.whl"
+    pattern = f"{name.replace('-', '_')}-{version}-*_x86_64.whl"  # cp311-cp311, or py3-none (nvidia-*)
     found = sorted(WHEELS.glob(pattern))
     if not found:
         WHEELS.mkdir(parents=True, exist_ok=True)

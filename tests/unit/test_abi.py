@@ -572,6 +572,43 @@ def test_engine_failures_other_than_missing_paths_propagate(monkeypatch: pytest.
         abi_images.inspect_image("any:1")
 
 
+def test_an_images_ld_library_path_reaches_the_loader(built: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`abi check IMAGE`: a helper library found only through LD_LIBRARY_PATH of the image's config (Env) provides
+    the extension's symbols; a directory outside the copied site-packages is not looked up on this host."""
+    from xla_images.run import engine
+
+    image = tmp_path / "image" / "usr" / "local" / "lib"
+    site = make_site(image / "python3.11" / "site-packages", built, torch_cxx11=True, extension_cxx11=True).path
+    (site / "extra" / "lib").mkdir(parents=True)
+    (tmp_path / "helper.c").write_text("int helper_value(void) { return 5; }\n")
+    (tmp_path / "ext.c").write_text("int helper_value(void);\nint ext_value(void) { return helper_value(); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "helper.c"), "-o", str(site / "extra" / "lib" /
+                    "libxhelper.so")], check=True)
+    (site / "ext").mkdir()  # its search path names torch/lib only: LD_LIBRARY_PATH alone finds libxhelper.so
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "ext.c"), "-o", str(site / "ext" / "_ext.so"),
+                    "-Wl,--no-as-needed", f"-L{site / 'torch' / 'lib'}", "-ltorch", "-Wl,-rpath,$ORIGIN/../torch/lib",
+                    f"-L{site / 'extra' / 'lib'}", "-lxhelper"], check=True)
+
+    def copy_out(reference: str, container_path: str, dest: Path) -> Path:
+        source = tmp_path / "image" / container_path.lstrip("/")
+        if not source.is_dir():
+            raise Failure(f"{container_path} does not exist in image {reference}", rule="image-path-exists")
+        shutil.copytree(source, dest)
+        return dest
+
+    inside = "/usr/local/lib/python3.11/site-packages"
+    environment = [f"LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu::{inside}/extra/lib", "PATH=/usr/bin"]
+    monkeypatch.setattr(engine.containers, "extract_from_image", copy_out)
+    monkeypatch.setattr(engine.images, "image_inspect", lambda reference: {"Config": {"Env": environment}})
+    [report] = abi_images.check_target("stand-in:1")
+    [extension] = [item for item in report.extensions if item.path == "ext/_ext.so"]
+    assert extension.unjudged == 0 and [name for name, _ in extension.providers] == ["extra/lib/libxhelper.so"]
+    local = tmp_path / "copy"
+    assert abi_images.library_path_in_copies(dict([environment[0].split("=", 1)]), [(inside, local)]) == \
+        (str(local / "extra" / "lib"),)  # the system directory is not the host's; the empty entry is no directory
+
+
 def test_runnable_as_module_help() -> None:
     completed = run_standalone("--help")
     assert completed.returncode == 0 and "inspect" in completed.stdout and "check" in completed.stdout

@@ -38,3 +38,35 @@ def test_differences_in_the_headers_that_shape_registration_are_counted_apart(tm
     evidence = header_evidence(binary, include)
     assert evidence.sites == 3 and evidence.matching == 0 and evidence.registration_differing == 1
     assert evidence.differing[0] == "ATen/core/ivalue.h:4"  # registration headers are named first
+
+
+def test_an_assertion_that_only_moved_is_the_same_code_one_moved_far_or_changed_is_not(tmp_path: Path) -> None:
+    """Issue 34's false alarm: the condition TORCH_INTERNAL_ASSERT stringizes before the message finds the assertion
+    a few lines away (torch 2.6's ivalue.h:1315 is 2.7's 1317); dozens of lines away (2.8's 1317 is 2.9's 1352,
+    after IValue gained a tag) or with another condition, the site is another torch's."""
+    include = tmp_path / "include"
+    (include / "ATen" / "core").mkdir(parents=True)
+    body = ["int filler;"] * 60
+    body[6] = "    TORCH_INTERNAL_ASSERT(static_cast<uint32_t>(tag) < kNumTags);"  # line 7
+    body[19] = "  TORCH_INTERNAL_ASSERT_DEBUG_ONLY(  // wrapped, with comments"  # line 20
+    body[20] = "      // why"
+    body[21] = "      refcount_.load() == 0 ||"
+    body[22] = "          refcount_.load() >= kHuge,"
+    body[23] = '      "message");'
+    body[49] = "  TORCH_INTERNAL_ASSERT(isObject());"  # line 50
+    (include / "ATen" / "core" / "ivalue.h").write_text("\n".join(body) + "\n")
+    site = b'%s INTERNAL ASSERT FAILED at "/x/torch/include/ATen/core/ivalue.h":%d, please report a bug to PyTorch.\0'
+
+    def evidence(*sites: tuple[bytes, int]):
+        binary = tmp_path / "ext.so"
+        binary.write_bytes(b"\x7fELF\0" + b"".join(site % item for item in sites))
+        return header_evidence(binary, include)
+
+    held = evidence((b"static_cast<uint32_t>(tag) < kNumTags", 7),
+                    (b"refcount_.load() == 0 || refcount_.load() >= kHuge", 20))
+    assert held.verdict == SAME and held.matching == 2
+    moved = evidence((b"static_cast<uint32_t>(tag) < kNumTags", 5), (b"isObject()", 54))
+    assert moved.registration_differing == 0 and moved.verdict == OTHER
+    assert moved.moved == ("ATen/core/ivalue.h:5 (7 here)", "ATen/core/ivalue.h:54 (50 here)")
+    far = evidence((b"static_cast<uint32_t>(tag) < kNumTags", 40), (b"isTuple()", 50))
+    assert far.registration_differing == 2 and far.differing == ("ATen/core/ivalue.h:40", "ATen/core/ivalue.h:50")

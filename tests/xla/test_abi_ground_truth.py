@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -46,6 +47,7 @@ class Case:
     pin_next_patch: bool = False  # its distribution pins torch==X.Y.(Z+1)
     helpers: str | None = None  # how its C helper libraries are laid out and linked (see `build_helpers`)
     python_tag: str | None = None  # a python extension module named _ext.<tag>-x86_64-linux-gnu.so, imported
+    drifted: tuple[str, ...] = ()  # headers compiled from a copy with DRIFT lines added at the top (see `drift`)
 
     @property
     def filename(self) -> str:
@@ -79,7 +81,14 @@ CASES = {
     # Issue 34: the layout case (only ABI-neutral symbols; the other flag crashes on the first call), and its control.
     "layout-other-abi": Case("layout.cpp", False, ("c10", "torch_cpu")),
     "layout-same-abi": Case("layout.cpp", True, ("c10", "torch_cpu")),
+    # Issue 34's false alarm: a TorchScript custom class compiled against headers whose assertion lines moved and
+    # nothing else (torch 2.6 -> 2.7: ivalue.h +2 lines of declarations, custom_class.h -1 line of comment): it
+    # works, and the line-by-line header rule called it a version mismatch. benchmarks/abi_mixes.py has the real
+    # 2.6/2.7 mix (two torch wheels, ~1.6 GB: not for CI).
+    "custom-class-drifted-headers": Case("custom_class.cpp", True, ("c10", "torch", "torch_cpu"),
+                                         drifted=("ATen/core/ivalue.h", "torch/custom_class.h")),
 }
+DRIFT = "// a line that moves every assertion below it, as a release's harmless edits do\n" * 2
 MISSING = {"helper-absent": ("libxla_images_absent.so.11", "_ext.so"),
            "helper-beside-no-origin": ("libgt_helper.so", "_ext.so"),
            "helper-dep-via-runpath": ("libgt_deep.so", "h/libgt_helper.so"),
@@ -99,18 +108,32 @@ pytestmark = [pytest.mark.skipif(TORCH is None, reason=f"torch is not importable
               pytest.mark.skipif(not (TORCH and (TORCH / "include").is_dir()), reason="torch has no headers")]
 
 
+def drift(headers: tuple[str, ...], shadow: Path) -> list[str]:
+    """Copies of these headers with DRIFT after their first line, in a directory searched before torch's: the
+    extension's assertion sites in them are DRIFT's lines further down than in the installed torch."""
+    for header in headers:
+        original = (TORCH / "include" / header).read_text()
+        first, _, rest = original.partition("\n")
+        (shadow / header).parent.mkdir(parents=True, exist_ok=True)
+        (shadow / header).write_text(f"{first}\n{DRIFT}{rest}")
+    return [f"-I{shadow}"] if headers else []
+
+
 def compile_case(name: str, case: Case, output: Path) -> Path:
     include = TORCH / "include"
+    shadow = drift(case.drifted, output.parent / "shadow")
     helpers = build_helpers(case.helpers, output.parent) if case.helpers else []
     python = [f"-I{sysconfig.get_paths()['include']}"] if case.python_tag else []
     command = ["g++", "-std=c++17", "-O0", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(case.cxx11)}", *python,
-               *(f"-D{define}" for define in case.defines), f"-I{include}",
+               *(f"-D{define}" for define in case.defines), *shadow, f"-I{include}",
                f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCES / case.source), "-o", str(output),
                f"-L{TORCH / 'lib'}", *(f"-l{library}" for library in case.libraries), *helpers]
     completed = subprocess.run(command, capture_output=True, text=True)
     assert completed.returncode == 0, f"{name}: {completed.stderr[-2000:]}"
     if case.helpers == "absent":
         (output.parent / "build" / "libxla_images_absent.so.11").unlink()
+    if case.drifted:
+        shutil.rmtree(output.parent / "shadow")  # not part of the site: its headers are not torch's
     return output
 
 
@@ -156,7 +179,8 @@ def report(site: Path) -> abi.CheckReport:
     return checked
 
 
-def load_for_real(path: Path, registers: bool, module: bool = False) -> subprocess.CompletedProcess:
+def load_for_real(path: Path, registers: bool, module: bool = False,
+                  custom_class: bool = False) -> subprocess.CompletedProcess:
     """`import torch`, then dlopen the extension as python imports one (RTLD_NOW | RTLD_LOCAL) and call it; a
     python module is imported by name from its directory, as python finds one."""
     load = ("sys.path.insert(0, os.path.dirname(sys.argv[1]))\nimport _ext as library\n" if module else
@@ -164,16 +188,19 @@ def load_for_real(path: Path, registers: bool, module: bool = False) -> subproce
     code = ("import ctypes, os, sys, torch\n" + load +
             "assert library.harness_entry() == 0\n"
             "if sys.argv[2] == '1':\n"
-            "    assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n")
-    return subprocess.run([sys.executable, "-c", code, str(path), str(int(registers))], capture_output=True,
-                          text=True, timeout=300)
+            "    assert torch.ops.xla_images_harness.twice(torch.ones(2)).tolist() == [2.0, 2.0]\n"
+            "if sys.argv[3] == '1':  # registered by custom_class.cpp as it loaded\n"
+            "    assert torch.classes.xla_images_classes.Counter(40).add(2) == 42\n")
+    return subprocess.run([sys.executable, "-c", code, str(path), str(int(registers)), str(int(custom_class))],
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_verdict_equals_the_real_load(site: Path, report: abi.CheckReport, name: str) -> None:
     relative = f"{HARNESS}/{name}/{CASES[name].filename}"
     (extension,) = [item for item in report.extensions if item.path == relative]
-    loaded = load_for_real(site / relative, CASES[name].registers, CASES[name].python_tag is not None)
+    loaded = load_for_real(site / relative, CASES[name].registers, CASES[name].python_tag is not None,
+                           CASES[name].source == "custom_class.cpp")
     real = "loads" if loaded.returncode == 0 else (loaded.stderr.strip().splitlines() or ["?"])[-1]
     predicted = "loads" if extension.verdict in abi.LOADS else "fails"
     print(f"{name}: {extension.verdict} ({extension.symbols} symbols, missing "
@@ -217,6 +244,15 @@ def test_an_extension_compiled_with_the_other_abi_flag_is_a_layout_mismatch(repo
     assert other.verdict == abi.ABI_LAYOUT and not other.missing, other
     assert other.layout_evidence.startswith("pre-cxx11") and "torch is cxx11" in other.layout_evidence
     assert verdicts["layout-same-abi"].verdict == abi.COMPATIBLE
+
+
+def test_assertion_lines_that_only_moved_are_not_a_version_mismatch(report: abi.CheckReport) -> None:
+    """Issue 34's false alarm: the same assertions (same condition) a few lines away are the same code; the
+    extension registers (a custom class) and is compatible, its headers reported as another torch's."""
+    drifted = {item.path.split("/")[1]: item for item in report.extensions}["custom-class-drifted-headers"]
+    assert drifted.registers_operators and drifted.verdict == abi.COMPATIBLE, drifted
+    assert drifted.headers == "another torch's headers" and not drifted.header_differences
+    assert any(site.startswith("ATen/core/ivalue.h:") for site in drifted.header_moved), drifted.header_moved
 
 
 def test_the_interpreter_provides_the_c_api_and_its_tag_is_checked(report: abi.CheckReport) -> None:

@@ -30,7 +30,7 @@ from .files import is_path_target, missing_path_error, walk_shared_objects
 from .inspection import (INTERFACE_BASIS, STD_DEFINITIONS_BASIS, STD_REFERENCES_BASIS, PackageReport,
                          SharedObjectReport, classify_dynamic, classify_shared_object, inspect_directory,
                          inspect_path, inspect_path_target, package_abi)
-from .loader import SystemLibraries
+from .loader import SystemLibraries, library_path_of
 from .mangling import abi_neutral_key, count_abi_symbols, demangle, is_torch_entity, names_torch_namespace, \
     symbol_abi
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, site_verdict
@@ -48,6 +48,7 @@ __all__ = [
     "SystemLibraries", "UndefinedSymbol", "abi_neutral_key", "check_path_target", "check_site_packages",
     "classify_dynamic", "classify_shared_object", "count_abi_symbols", "demangle", "find_torch_site",
     "has_torch_libraries", "host_system", "inspect_directory", "inspect_path", "inspect_path_target",
-    "is_path_target", "is_torch_entity", "missing_path_error", "names_torch_namespace", "package_abi",
+    "is_path_target", "is_torch_entity", "library_path_of", "missing_path_error", "names_torch_namespace",
+    "package_abi",
     "read_elf_dynamic", "read_elf_file", "site_verdict", "symbol_abi", "walk_shared_objects",
 ]

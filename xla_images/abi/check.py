@@ -307,8 +307,9 @@ def _with_headers(extension: ExtensionCheck, library: Library, include: Path,
                   torch_version: str | None) -> ExtensionCheck:
     """For an extension neither pinned nor built together with this torch: the headers it was compiled against.
     One that registers operators and whose registration headers differ from this torch's is a version mismatch (a
-    custom extension compiled against torch 2.8 aborts while registering its operators beside 2.9); other
-    differences are reported (compiled against 2.7, beside 2.8, it works: only c10/util/ArrayRef.h moved)."""
+    custom extension compiled against torch 2.8 aborts while registering its operators beside 2.9); assertions that
+    only moved a few lines, and differences elsewhere, are reported (a custom class compiled against 2.6, beside
+    2.7, works: ivalue.h:1315 is 1317 there; see headers.DRIFT_LINES)."""
     if extension.requires_torch is not None or built_with(extension, torch_version):
         return extension
     evidence = header_evidence(library.path, include)
@@ -318,7 +319,7 @@ def _with_headers(extension: ExtensionCheck, library: Library, include: Path,
     if verdict == COMPATIBLE and extension.registers_operators and evidence.registration_differing:
         verdict = VERSION_MISMATCH
     return replace(extension, verdict=verdict, headers=evidence.verdict, header_sites=evidence.sites,
-                   header_differences=evidence.differing)
+                   header_differences=evidence.differing, header_moved=evidence.moved)
 
 
 def _with_layout(extension: ExtensionCheck, library: Library, torch_abi: str) -> ExtensionCheck:

@@ -38,7 +38,9 @@ def format_check(report: CheckReport, limit: int = 20) -> str:
         if extension.headers:
             lines.append(f"    compiled against {extension.headers} ({extension.header_sites} assertion sites"
                          + (f"; not in this torch: {', '.join(extension.header_differences)}"
-                            if extension.header_differences else "") + ")")
+                            if extension.header_differences else "")
+                         + (f"; moved a few lines: {', '.join(extension.header_moved)}" if extension.header_moved
+                            else "") + ")")
         for name in extension.libraries_not_found[:limit]:
             lines.append(f"    library not found: {name}")
     lines.append(report.summary)

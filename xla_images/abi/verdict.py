@@ -69,6 +69,7 @@ class ExtensionCheck:
     headers: str | None = None  # headers.SAME / headers.OTHER: the torch headers it was compiled against, if known
     header_sites: int = 0  # assertion sites of torch headers found in the binary
     header_differences: tuple[str, ...] = ()  # sites this torch's headers do not hold ("ATen/core/ivalue.h:1352")
+    header_moved: tuple[str, ...] = ()  # the same assertion a few lines away ("ATen/core/ivalue.h:1315 (1317 here)")
 
     @property
     def other_headers(self) -> bool:
@@ -90,6 +91,7 @@ class ExtensionCheck:
                 "pybind11_evidence": self.pybind11_evidence,
                 "headers": self.headers,
                 "header_sites": self.header_sites, "header_differences": list(self.header_differences),
+                "header_moved": list(self.header_moved),
                 "missing": [symbol.to_json() for symbol in self.missing],
                 "from_cuda_stub": [symbol.to_json() for symbol in self.from_cuda_stub],
                 "distribution": self.distribution, "requires_torch": self.requires_torch,

@@ -1,7 +1,9 @@
 """`build.py abi inspect|check` on images: each python site-packages of an image is copied out of a created,
 never started container and read like a directory. The system libraries of the image are not copied, so `check`
 judges symbols the extensions would take from them by their names only (`abi.SystemLibraries(None)`); the image
-checks run the standalone tool inside the image, where they are read too.
+checks run the standalone tool inside the image, where they are read too. The image's LD_LIBRARY_PATH (its
+config's Env, what every process started in it inherits) reaches the loader: its entries inside a copied
+site-packages are searched in the copy, the others are system directories, not copied, left out.
 """
 from __future__ import annotations
 
@@ -78,12 +80,42 @@ def inspect_image(image: str) -> list[abi.PackageReport]:
 def check_image(image: str) -> list[abi.CheckReport]:
     """check_site_packages for each site-packages of an image that holds torch, without running the image."""
     with tempfile.TemporaryDirectory(prefix="xla-images-abi-") as scratch:
-        reports = [abi.check_site_packages(local, abi.SystemLibraries(None), display=f"{image}:{inside}")
-                   for inside, local in extract_site_packages(image, Path(scratch)) if abi.has_torch_libraries(local)]
+        sites = extract_site_packages(image, Path(scratch))
+        system = abi.SystemLibraries(None, library_path_in_copies(image_environment(image), sites))
+        reports = [abi.check_site_packages(local, system, display=f"{image}:{inside}")
+                   for inside, local in sites if abi.has_torch_libraries(local)]
     if not reports:
         raise usage_error(f"no torch found in {image}",
                           hint=f"looked for torch/lib/libtorch*.so under {', '.join(SITE_PACKAGES_GLOBS)}")
     return reports
+
+
+def image_environment(image: str) -> dict[str, str]:
+    """The image config's Env as a mapping ({} when the engine has no such image: extraction has reported it)."""
+    attrs = engine.images.image_inspect(image) or {}
+    return dict(item.partition("=")[::2] for item in (attrs.get("Config") or {}).get("Env") or [])
+
+
+def library_path_in_copies(environment: dict[str, str], sites: list[tuple[str, Path]]) -> tuple[str, ...]:
+    """LD_LIBRARY_PATH's directories (abi.library_path_of), in order, each inside a copied site-packages mapped to
+    its copy; a directory outside every copy is a system directory of the image, which is not copied (the host's
+    directory of the same name must not stand in for it): left out."""
+    mapped: list[str] = []
+    for directory in abi.library_path_of(environment):
+        for inside, local in sites:
+            relative = _relative_to(directory, inside)
+            if relative is not None:
+                mapped.append(str(local / relative) if relative else str(local))
+                break
+    return tuple(mapped)
+
+
+def _relative_to(directory: str, root: str) -> str | None:
+    """directory below (or equal to) root, lexically ('..' is not resolved: such an entry is left out)."""
+    parts, top = Path(directory).parts, Path(root).parts
+    if ".." in parts or parts[:len(top)] != top:
+        return None
+    return str(Path(*parts[len(top):])) if len(parts) > len(top) else ""
 
 
 def inspect_target(target: str) -> list[abi.PackageReport]:
