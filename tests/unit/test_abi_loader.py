@@ -179,3 +179,14 @@ def test_a_name_found_nowhere_names_every_directory_searched(tmp_path: Path) -> 
     assert missing.searched[:2] == ("/opt/from-ld-library-path", str(tmp_path / "lib"))
     assert "searched /opt/from-ld-library-path, " in str(missing)
     assert not loads(top)
+
+
+def test_a_needed_path_relative_to_the_current_directory_is_not_found_not_a_traceback(tmp_path: Path) -> None:
+    """A library without a soname linked by path records `build/libnosoname.so`: ld.so opens that from the
+    importing process's current directory, so the model cannot find it beside the object (and the import, run
+    from elsewhere, fails)."""
+    gcc(tmp_path, HELPER, "build/libnosoname.so")
+    top = gcc(tmp_path, USES_HELPER, "liba.so", "build/libnosoname.so")
+    (missing,) = model_not_found(top, tmp_path)
+    assert missing.name == "build/libnosoname.so" and missing.searched == (loader.RELATIVE_NEEDED,)
+    assert not loads(top)

@@ -52,6 +52,9 @@ _MAX_CONF_FILES = 256
 _MAX_CONF_BYTES = 1 << 20
 
 
+# What a DT_NEEDED path relative to nothing was "searched" in (ld.so opens it from the current directory).
+RELATIVE_NEEDED = "the current directory of the importing process (a relative path)"
+
 def configured_directories(root: str = "/") -> tuple[str, ...]:
     """The directories of /etc/ld.so.conf under root, its `include`s read where they stand (as ldconfig reads
     them), then the defaults. Each file is read once and bounded: a cycle of includes or a huge file cannot hang."""
@@ -294,7 +297,10 @@ class Loader:
     def _find(self, needed: str, origin: str, rpaths: Sequence[str], runpath: Sequence[str],
               mapped: Mapping[str, Library]) -> tuple[Library | None, tuple[str, ...]]:
         if "/" in needed:
-            path = Path(self._expand((needed,), origin)[0])
+            expanded = self._expand((needed,), origin)
+            if not expanded:  # `build/libbar.so` (linked by path, no soname): ld.so opens it from the process's
+                return None, (RELATIVE_NEEDED,)  # current directory, whatever that is at import: not here
+            path = Path(expanded[0])
             return (self.library(path) if path.is_file() else None), ()
         already = self.loaded_by_soname.get(needed) or mapped.get(needed)
         if already is not None:
