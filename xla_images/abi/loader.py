@@ -55,6 +55,7 @@ _MAX_CONF_BYTES = 1 << 20
 # What a DT_NEEDED path relative to nothing was "searched" in (ld.so opens it from the current directory).
 RELATIVE_NEEDED = "the current directory of the importing process (a relative path)"
 
+
 def configured_directories(root: str = "/") -> tuple[str, ...]:
     """The directories of /etc/ld.so.conf under root, its `include`s read where they stand (as ldconfig reads
     them), then the defaults. Each file is read once and bounded: a cycle of includes or a huge file cannot hang."""
