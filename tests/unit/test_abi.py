@@ -705,6 +705,25 @@ def test_operator_registration_is_reported_as_not_checkable(tmp_path: Path) -> N
     assert "audio/_C.so" not in summary and "_XLAC" not in summary
 
 
+def test_a_mixed_site_takes_the_most_severe_verdict_and_says_each_extension_in_its_own_words() -> None:
+    """A pybind11 mismatch beside a version mismatch, a layout mismatch beside an ABI mismatch: every broken
+    extension has its own line (none is dropped, none worded as another verdict's "needs 0 symbol(s)")."""
+    missing = abi.MissingSymbol("_ZN3c104impl3fooEv", "c10::impl::foo()", abi.VERSION_MISMATCH)
+    versioned = abi.ExtensionCheck("old/_C.so", abi.CXX11, abi.VERSION_MISMATCH, 10, missing=(missing,))
+    bound = abi.ExtensionCheck("bind/_C.so", abi.CXX11, abi.PYBIND11_MISMATCH, 10,
+                               pybind11_evidence="its pybind11 internals (v4) are not torch's (v5)")
+    verdict, summary = abi.site_verdict([versioned, bound], abi.CXX11, "2.9.0")
+    assert verdict == abi.PYBIND11_MISMATCH
+    assert "bind/_C.so imports, but its pybind11 internals (v4)" in summary and "old/_C.so" in summary
+    assert "needs 0 symbol" not in summary
+    layout = abi.ExtensionCheck("lay/_C.so", abi.PRE_CXX11, abi.ABI_LAYOUT, 10,
+                                layout_evidence="-D_GLIBCXX_USE_CXX11_ABI=0")
+    other = abi.ExtensionCheck("oth/_C.so", abi.PRE_CXX11, abi.ABI_MISMATCH, 10)
+    verdict, summary = abi.site_verdict([layout, other, versioned], abi.CXX11, "2.9.0")
+    assert verdict == abi.ABI_MISMATCH
+    assert all(path in summary for path in ("lay/_C.so", "oth/_C.so", "old/_C.so")), summary
+
+
 # --- the loader model ---------------------------------------------------------------------------------------------
 
 

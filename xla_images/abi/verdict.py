@@ -143,6 +143,11 @@ def extension_verdict(missing: Sequence[MissingSymbol], requires_torch: str | No
     return COMPATIBLE
 
 
+# The verdicts of extensions that would not load or work, most severe first: a site's verdict is the first of
+# these any of its extensions has, and its summary has a line for every broken extension, in its own words.
+SEVERITY = (MISSING_LIBRARY, ABI_MISMATCH, ABI_LAYOUT, PYTHON_MISMATCH, PYBIND11_MISMATCH, VERSION_MISMATCH)
+
+
 def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
                  torch_version: str | None = None) -> tuple[str, str]:
     """The site-packages' verdict and its one-paragraph summary."""
@@ -151,35 +156,38 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     broken = [extension for extension in extensions if extension.verdict not in LOADS]
     if not broken:
         return _loads(extensions, torch_abi, torch_version)
-    unloadable = [extension for extension in broken if extension.verdict == MISSING_LIBRARY]
-    if unloadable:
-        return MISSING_LIBRARY, "missing library: " + "; ".join(
-            f"{extension.path} cannot load: {some(list(extension.libraries_not_found), 2)}" for extension in unloadable)
-    layout = [extension for extension in broken if extension.verdict == ABI_LAYOUT]
-    if layout and not any(extension.verdict == ABI_MISMATCH for extension in broken):
-        return ABI_LAYOUT, "abi mismatch (layout): " + "; ".join(
-            f"{extension.path} resolves every symbol, but its own code was compiled with the other C++ ABI "
-            f"({extension.layout_evidence}): std::string and what holds one differ in layout" for extension in layout)
-    pybind = [extension for extension in broken if extension.verdict == PYBIND11_MISMATCH]
-    if pybind and all(extension.verdict == PYBIND11_MISMATCH for extension in broken):
-        return PYBIND11_MISMATCH, "pybind11 mismatch: " + "; ".join(
-            f"{extension.path} imports, but {extension.pybind11_evidence}: pybind11 cannot convert them"
-            for extension in pybind)
-    python_broken = [extension for extension in broken if extension.verdict == PYTHON_MISMATCH]
-    if python_broken and not any(extension.verdict == ABI_MISMATCH for extension in broken):
-        return PYTHON_MISMATCH, "python mismatch: " + "; ".join(
-            f"{extension.path} needs what this python does not offer: "
-            f"{some([item.demangled for item in extension.missing if item.problem == PYTHON_MISMATCH], 2)}"
-            for extension in python_broken)
-    abi_broken = [extension for extension in broken if extension.verdict == ABI_MISMATCH]
-    if abi_broken:
-        lines = []
-        for extension in abi_broken:
-            twins = sum(item.problem == ABI_MISMATCH for item in extension.missing)
-            lines.append(f"{extension.path} ({extension.abi} ABI) needs {twins} symbol(s) that torch "
-                         f"({torch_abi} ABI) exports only with the other ABI's mangling")
-        return ABI_MISMATCH, "abi mismatch: " + "; ".join(lines)
     this = f"torch {torch_version}" if torch_version else "this torch"
+    kinds = [kind for kind in SEVERITY if any(extension.verdict == kind for extension in broken)]
+    # A verdict this table does not know yet is judged as the least severe kind, never dropped from the summary.
+    kinds += [VERSION_MISMATCH] if any(extension.verdict not in SEVERITY for extension in broken) else []
+    lines: list[str] = []
+    for kind in dict.fromkeys(kinds):
+        group = [extension for extension in broken if extension.verdict == kind
+                 or (kind == VERSION_MISMATCH and extension.verdict not in SEVERITY)]
+        lines += _version_lines(group, this) if kind == VERSION_MISMATCH else [
+            _broken_line(extension, torch_abi) for extension in group]
+    return kinds[0], f"{kinds[0]}: " + "; ".join(lines)
+
+
+def _broken_line(extension: ExtensionCheck, torch_abi: str) -> str:
+    """Why one extension would not load or work, for every verdict but the version mismatch."""
+    if extension.verdict == MISSING_LIBRARY:
+        return f"{extension.path} cannot load: {some(list(extension.libraries_not_found), 2)}"
+    if extension.verdict == ABI_MISMATCH:
+        twins = sum(item.problem == ABI_MISMATCH for item in extension.missing)
+        return (f"{extension.path} ({extension.abi} ABI) needs {twins} symbol(s) that torch ({torch_abi} ABI) "
+                f"exports only with the other ABI's mangling")
+    if extension.verdict == ABI_LAYOUT:
+        return (f"{extension.path} resolves every symbol, but its own code was compiled with the other C++ ABI "
+                f"({extension.layout_evidence}): std::string and what holds one differ in layout")
+    if extension.verdict == PYTHON_MISMATCH:
+        return (f"{extension.path} needs what this python does not offer: "
+                f"{some([item.demangled for item in extension.missing if item.problem == PYTHON_MISMATCH], 2)}")
+    return f"{extension.path} imports, but {extension.pybind11_evidence}: pybind11 cannot convert them"
+
+
+def _version_lines(broken: Sequence[ExtensionCheck], this: str) -> list[str]:
+    """The version mismatches: symbols missing, another release's headers, or a pin on another torch."""
     lines = [_version_line(extension, this) for extension in broken
              if not (extension.pinned_elsewhere or extension.other_headers)]
     lines.extend(f"{extension.path} resolves every symbol but registers torch operators and was compiled against "
@@ -194,7 +202,7 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     lines.extend(f"{distribution} ({some(paths)}) requires torch=={requires}, this is {this}: its symbols resolve, "
                  f"but it was compiled against another torch release's headers (layouts, inline code, operator "
                  f"schemas), which symbols cannot check" for (distribution, requires), paths in pinned.items())
-    return VERSION_MISMATCH, "version mismatch: " + "; ".join(lines)
+    return lines
 
 
 def _loads(extensions: Sequence[ExtensionCheck], torch_abi: str, torch_version: str | None) -> tuple[str, str]:
