@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xla_images import abi
+from xla_images.abi import check as abi_check
 from xla_images.abi import wheel as abi_wheel
 from xla_images.run import abi_images
 from xla_images.cli.abi import abi as abi_group
@@ -519,3 +520,12 @@ def test_table_of_hundreds_of_megabytes_is_refused_without_reading_it(seeds: Pat
     completed = run_standalone("inspect", str(sparse), limit_memory=True, timeout=60)
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert "libwide.so" in completed.stderr and "limit" in completed.stderr and "[abi-elf-readable]" in completed.stderr
+
+
+def test_a_fifo_named_like_python_source_is_not_opened(tmp_path: Path) -> None:
+    """The preload model reads a package's *.py for library names: a fifo among them would wait forever."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("ctypes.CDLL('libown.so')\n")
+    os.mkfifo(package / "b.py")
+    assert "libown.so" in abi_check._python_text(package)

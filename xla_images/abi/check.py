@@ -160,6 +160,8 @@ def _python_text(package: Path, limit: int = 64 << 20) -> str:
     parts, total = [], 0
     for path in sorted(package.rglob("*.py")):
         try:
+            if not path.is_file():  # a fifo named *.py would block the open; a directory is no source
+                continue
             with open(path, "rb") as handle:
                 data = handle.read(max(limit - total, 0))
         except OSError:
