@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Callable, Iterator
 
 import pytest
@@ -231,6 +232,24 @@ def test_tag_digests_asks_no_head_beyond_its_cap(registry) -> None:
         client_for(server).tag_digests(limit=10)
     assert caught.value.rule == "registry-too-many-tags"
     assert [method for method, _ in server.requests] == ["GET"]
+
+
+def test_tag_digests_end_together_not_only_each_head(registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each HEAD answers well within its own deadline, but all of them together pass the whole one."""
+    tags = [f"t{number}" for number in range(20)]
+
+    def route(exchange: Exchange) -> bytes:
+        if exchange.method == "GET":
+            return answer(200, {}, json.dumps({"tags": tags}).encode())
+        time.sleep(0.2)
+        return answer(200, {"Docker-Content-Digest": sha(A)})
+
+    monkeypatch.setattr(client_module, "TAG_DIGESTS_DEADLINE", 1.0)
+    server = registry(route)
+    with pytest.raises(Failure) as caught:
+        client_for(server, deadline=30.0).tag_digests()
+    assert caught.value.rule == "registry-slow" and "HEAD of 20 tags" in caught.value.message
+    assert len(server.requests) < 12
 
 
 @pytest.mark.parametrize("tag", ["x" * 129, "-leading-dash", "a/b", ""])

@@ -39,6 +39,8 @@ SLOWEST_RATE = 1 << 20  # bytes per second
 # A tag list: at most this many pages (a registry whose `Link` never ends), all within TAGS_DEADLINE.
 MAX_TAG_PAGES = 1000
 TAGS_DEADLINE = 900.0
+# All of tag_digests' HEADs (at most MAX_TAG_DIGESTS): ~0.3 s each on a remote registry is 25 minutes.
+TAG_DIGESTS_DEADLINE = 1800.0
 # tag_digests asks one HEAD per tag: prune's repositories hold hundreds; more than this is refused, not waited out.
 MAX_TAG_DIGESTS = 5000
 
@@ -221,10 +223,12 @@ class RegistryClient:
             if len(tags) > limit:
                 raise _too_many(self.registry.host, f"more than {limit} tags, one HEAD each", "tag digests")
         found = {}
-        for tag in sorted(set(tags)):
-            digest = self.manifest_digest(tag)
-            if digest is not None:
-                found[tag] = digest
+        # The HEADs together end too: `limit` of them at the per-exchange deadline each would hold prune for days.
+        with self.exchange(f"HEAD of {len(set(tags))} tags", TAG_DIGESTS_DEADLINE):
+            for tag in sorted(set(tags)):
+                digest = self.manifest_digest(tag)
+                if digest is not None:
+                    found[tag] = digest
         return found
 
     def blob_json(self, digest: str) -> dict[str, Any]:
