@@ -120,7 +120,7 @@ def test_an_image_stored_in_another_compression_is_built_again(built, reporter, 
 
     assert results[0].outcome is Outcome.BUILT, results[0].message
     assert any(f"stored as {GZIP_LAYER}, not the site's {plan.site.compression.describe()}: building it again" in text
-               for _, text in reporter.lines), reporter.lines
+               for text in reporter.notices), reporter.notices
     wanted = LAYER_MEDIA_TYPES[plan.site.compression.format]
     assert set(engine.stored.layer_media_types(names.local_ref(flavour.tag))) <= set(wanted)
     again = build.build_flavours(plan, [flavour], BuildOptions(), reporter)
