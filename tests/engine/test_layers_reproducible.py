@@ -1,6 +1,7 @@
 """Layered, reproducible images through BuildKit, on the real engine, with tiny local wheels.
 
-* the cpu and tpu flavours of one release share every layer but libtpu's (and libtpu's is the only extra);
+* the cpu and tpu flavours of one release share every layer but libtpu's (the only extra wheel layer) and their
+  own derived layer (constraints and xla-images-check, last);
 * a rebuild that runs every step again (`--no-cache`: nothing from the build cache) gives the same layer digests;
 * the classic builder (engines without buildx) still builds a flavour, the CA still in no layer.
 The real torch_xla flavours are measured by benchmarks/bench_layers.py and the e2e test.
@@ -46,11 +47,14 @@ def test_cpu_and_tpu_share_every_layer_but_libtpus(pair, test_base: str) -> None
     cpu, tpu = _layers(pair, "cpu"), _layers(pair, "tpu")
     base = engine.images.image_layers(test_base)
     assert cpu[:len(base)] == tpu[:len(base)] == base
-    only_tpu = [layer for layer in tpu if layer not in cpu]
-    assert len(only_tpu) == 1, f"tpu has {len(only_tpu)} layers cpu lacks: {only_tpu}"
-    assert [layer for layer in tpu if layer != only_tpu[0]] == cpu, "the shared layers are not in the same order"
-    # libtpu's layer is the last wheel layer: only the smoke suite's layer comes after it.
-    assert tpu.index(only_tpu[0]) == len(tpu) - 2
+    # The last layer of each is its own: the derived layer (constraints.txt from its lock, which pins libtpu only
+    # for tpu, and xla-images-check). Every other layer of cpu is tpu's, and tpu adds libtpu's alone.
+    assert cpu[-1] != tpu[-1], "the derived layers should differ: the constraints pin libtpu for tpu only"
+    only_tpu = [layer for layer in tpu[:-1] if layer not in cpu]
+    assert len(only_tpu) == 1, f"tpu has {len(only_tpu)} wheel layers cpu lacks: {only_tpu}"
+    assert [layer for layer in tpu[:-1] if layer != only_tpu[0]] == cpu[:-1], "the shared layers are not in order"
+    # libtpu's layer is the last wheel layer: only the smoke suite's and the derived layer come after it.
+    assert tpu.index(only_tpu[0]) == len(tpu) - 3
     assert len(cpu) >= len(base) + 4, "expected the venv, torch-any, torch_xla and smoke layers at least"
     log = (pair.root / "reports" / pair.flavour(RELEASE, "tpu").tag / "build.log").read_text()
     assert "layer libtpu: " in log and "wheel(s): libtpu" in log, "the split did not report libtpu's group"
@@ -132,12 +136,14 @@ def test_second_flavour_of_a_release_uploads_only_its_own_layer(pair, own_regist
         publish.push_flavour(flavour, own_registry, client, None, lines.append, transfers, compression)
     first, second = transfers[cpu.tag], transfers[tpu.tag]
     assert first.present_layers == 0 and first.uploaded_layers == len(set(_layers(pair, "cpu")))
-    # Only libtpu's layer is new to the registry; every other blob is found by digest and not sent.
-    assert second.uploaded_layers == 1, second
-    assert second.present_layers == first.uploaded_layers
-    assert second.present_bytes == first.uploaded_bytes
-    libtpu_blob = client.manifest(tpu.tag)["layers"][-2]
-    assert second.uploaded_bytes == libtpu_blob["size"]
+    # Only libtpu's layer and tpu's own derived layer (its constraints) are new to the registry; every other
+    # blob is found by digest and not sent.
+    cpu_layers, tpu_layers = client.manifest(cpu.tag)["layers"], client.manifest(tpu.tag)["layers"]
+    assert second.uploaded_layers == 2, second
+    assert second.present_layers == first.uploaded_layers - 1
+    assert second.present_bytes == first.uploaded_bytes - cpu_layers[-1]["size"]
+    libtpu_blob, derived_blob = tpu_layers[-3], tpu_layers[-1]
+    assert second.uploaded_bytes == libtpu_blob["size"] + derived_blob["size"]
     assert any(f"{tpu.tag}: uploaded" in line and "already present" in line for line in lines), lines
 
 
@@ -157,10 +163,11 @@ def _cached_steps(log: str) -> list[str]:
 
 # Prints one JSON line per entry of the venv (and of what it links into PURE_DIR): path, kind, mode, content.
 # A relocated entry (site-packages/x -> /opt/xla-images/any/x) is followed, so a layered image and a plain
-# install describe the same tree; the image's own additions (layer manifests, the smoke suite) are left out.
+# install describe the same tree; the image's own additions (layer manifests, the smoke suite, xla-images-check)
+# are left out.
 MANIFEST = r"""
 import hashlib, json, os, stat, sys
-venv, pure, skip = "/opt/venv", "/opt/xla-images/any", ("xla-images-layers", "xla_smoke")
+venv, pure, skip = "/opt/venv", "/opt/xla-images/any", ("xla-images-layers", "xla_smoke", "xla-images-check")
 def entry(shown, real):
     info = os.lstat(real)
     if stat.S_ISLNK(info.st_mode):
