@@ -77,10 +77,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def rendered(plain_install, project: Path) -> Path:
-    """`render` there, then the checkout's locks added (a lock needs the index; its format is tested elsewhere)."""
+    """`render` there, then the checkout's locks added (a lock needs the index; its format is tested elsewhere)
+    and `render` again: each image's constraints.txt is made from its lock."""
     ok(plain_install.run("render", cwd=project))
     for lock in (REPO / "Dockerfiles").glob(f"*/{LOCK}"):
         shutil.copyfile(lock, project / "Dockerfiles" / lock.parent.name / LOCK)
+    ok(plain_install.run("render", cwd=project))
     return project
 
 
