@@ -199,3 +199,14 @@ def test_installed_pair_is_compatible_and_imports(torch_xla_pair: tuple[str, str
     assert run_abi("check", str(TORCH_SITE)).returncode == 0
     imported = run_python("import torch_xla; print(torch_xla.__version__)")
     assert imported.returncode == 0, imported.stderr[-2000:]
+
+
+def test_a_site_named_by_a_relative_path_is_judged_as_by_its_absolute_one(torch_xla_pair: tuple[str, str],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """$ORIGIN expands to the library's own directory: from a relative site every RUNPATH of _XLAC was relative,
+    which the loader (as ld.so) does not search, and the pair that imports was called "missing library"."""
+    absolute = abi.check_site_packages(TORCH_SITE)
+    monkeypatch.chdir(TORCH_SITE.parent)
+    relative = abi.check_site_packages(Path(TORCH_SITE.name))
+    assert (relative.verdict, [item.verdict for item in relative.extensions]) == (
+        absolute.verdict, [item.verdict for item in absolute.extensions]), relative.summary

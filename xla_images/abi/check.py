@@ -40,7 +40,9 @@ def check_site_packages(path: Path, system: SystemLibraries | None = None, *,
                         display: str | None = None) -> CheckReport:
     """Judge every extension under a site-packages (or a venv root holding one). system: the target's system
     libraries (default: this machine's)."""
-    site = find_torch_site(Path(path))
+    # Absolute before anything: $ORIGIN expands to the library's directory, and the loader (as ld.so) searches
+    # absolute directories only, so a relative site turned every RUNPATH of torch_xla into "library not found".
+    site = find_torch_site(Path(os.path.abspath(path)))
     return _check_site(site, display=display or str(path), system=system or host_system())
 
 
