@@ -292,3 +292,11 @@ def test_an_unstreamed_answer_within_its_bound_is_served_as_content(registry) ->
     server = registry(lambda exchange: answer(202, {"Location": "/v2/repo/blobs/uploads/1"}, b'{"ok": true}'))
     response = client_for(server).request("POST", "/v2/repo/blobs/uploads/")
     assert response.status_code == 202 and response.json() == {"ok": True}
+
+
+def test_a_head_answer_declaring_a_large_blob_is_no_body_to_bound(registry) -> None:
+    """HEAD of a 2.6 MB blob answers Content-Length: 2622446 and no body: not an answer over the 1 MiB bound."""
+    server = registry(lambda exchange: answer(200, {"Content-Length": "2622446",
+                                                    "Transfer-Encoding": "identity"}))
+    response = client_for(server).request("HEAD", "/v2/repo/blobs/sha256:" + "a" * 64)
+    assert response.status_code == 200 and response.content == b""

@@ -353,7 +353,7 @@ class RegistryClient:
             response.close()
             raise RegistryDown(f"HTTP {response.status_code}")
         if not streamed:
-            _read_small_answer(response, self.registry.host, f"{method} {policy.path_of(start)}")
+            _read_small_answer(response, method, self.registry.host, f"{method} {policy.path_of(start)}")
         return response
 
     def _trust_for(self, url: str) -> Trust:
@@ -404,10 +404,15 @@ def _cookieless_session() -> requests.Session:
     return session
 
 
-def _read_small_answer(response: requests.Response, host: str, what: str) -> None:
+def _read_small_answer(response: requests.Response, method: str, host: str, what: str) -> None:
     """An answer the caller did not ask to stream (/v2/, an upload's, a DELETE's, an error's) is small: read it
     now, bounded, as requests would have read it whole before any check (an endless body grew until memory ran
-    out). `.content` then serves the bytes, as for any unstreamed response."""
+    out). `.content` then serves the bytes, as for any unstreamed response. A HEAD answer has no body: its
+    Content-Length is the size of what a GET would send (a blob's), not a body to bound."""
+    if method == "HEAD":
+        response.close()
+        response._content, response._content_consumed = b"", True
+        return
     data = answers.body(response, answers.SMALL_ANSWER_LIMIT, host, what)
     response._content, response._content_consumed = data, True  # requests' own fields for a body already read
 
