@@ -24,14 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from mixes import abi_mixes, mirror
 from xla_images import abi
 
-_MIXES = importlib.util.spec_from_file_location("abi_mixes", Path(__file__).resolve().parents[2] / "benchmarks" /
-                                                "abi_mixes.py")
-abi_mixes = importlib.util.module_from_spec(_MIXES)
-sys.modules.setdefault("abi_mixes", abi_mixes)  # dataclasses look their module up by name
-_MIXES.loader.exec_module(abi_mixes)
-mirror = abi_mixes.mirror  # hard-linked copies: check does not follow directory links out of its tree
 
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"
 HARNESS = "harness"
