@@ -1,7 +1,7 @@
 """Where the files that ship with xla-images are: the Jinja2 templates, the smoke suite, ci/registry.sh and the
 built-in site settings.
 
-The repository keeps them at its top level (templates/, smoke/). xla_images/templates and xla_images/smoke are
+The repository keeps them at its top level (templates/, smoke/, examples/extension/). xla_images/templates and xla_images/smoke are
 symlinks to those directories (xla_images/ci_scripts to ci/), and pyproject.toml declares them package data, so one lookup inside the package
 works for a source checkout (PYTHONPATH), an editable install and an installed wheel (which holds the files
 themselves). Nothing here depends on the current directory or on where matrix.yaml is.
@@ -18,6 +18,7 @@ CI_TEMPLATES = "templates/ci"
 SMOKE_SUITE = "smoke/xla_smoke"
 CI_SCRIPTS = "ci_scripts"
 SITE_DEFAULTS = "site_defaults.yaml"
+EXTENSION_EXAMPLE = "extension_example"
 
 
 def shipped(relative: str) -> Path:
@@ -53,3 +54,9 @@ def registry_script() -> Path:
 def smoke_dir() -> Path:
     """The smoke suite package (xla_smoke) that every image gets a copy of."""
     return shipped(SMOKE_SUITE)
+
+
+def extension_example_dir() -> Path:
+    """examples/extension: the C++ extension `test` builds in every devel image and runs in its runtime image."""
+    # Resolved: in a checkout the name is a symlink, which a copy into a container would keep as a link.
+    return shipped(EXTENSION_EXAMPLE).resolve()

@@ -51,6 +51,7 @@ VERIFIED = "reliability.md#what-is-verified-and-the-deadlines"
 INDEX_READS = "reliability.md#the-package-index-and-update"
 CREDENTIALS = "reliability.md#where-credentials-go"
 DERIVED_CHECK = "derived.md#xla-images-check-does-the-image-still-hold"
+DERIVED_DEVEL = "derived.md#devel-images-c-extensions-for-each-abi"
 
 CATALOGUE: tuple[Rule, ...] = (
     # --- input files, YAML, the disk ---
@@ -139,6 +140,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("ci-drift", "the generated CI files differ from what the matrix renders", CI, "./build.py ci github && ./build.py ci bake, then commit"),
     Rule("ci-template", "a CI template is missing from the package", CI, "reinstall xla-images"),
     Rule("image-built", "the flavour's image is not built on this engine", COMMANDS, "./build.py build TAG"),
+    Rule("devel-buildkit", "a devel image needs BuildKit (its devel stage mounts the pip settings as a secret)", DERIVED_DEVEL, "install the docker-buildx plugin"),
     Rule("layer-layout", "flavours would build layers that do not apply cleanly", IMAGE, "see docs/images.md, \"Layers that flavours share\""),
     Rule("layout-index", "a locked wheel is on none of the lock's indexes", COMMANDS, "./build.py lock TAG (or `wheels fetch` into a wheelhouse)"),
     Rule("layout-wheel", "a wheel lacks the .dist-info files its layer layout needs", COMMANDS, "re-lock, or rebuild the wheel"),

@@ -68,16 +68,18 @@ def test_top_level_is_what_bake_reads(bake: dict[str, Any]) -> None:
 
 def test_every_flavour_is_a_target_and_nothing_else(plan: Plan, bake: dict[str, Any]) -> None:
     variables = {"REGISTRY": "registry.example/xla", "CONTEXTS": "ctx"}
-    expected = {cigen.bake_target_name(flavour): flavour for flavour in plan.flavours}
+    expected = {cigen.bake_target_name(flavour): flavour for flavour in plan.every_image}
     assert list(bake["target"]) == list(expected)  # matrix order, no orphan, none missing
+    assert len(expected) == 2 * len(plan.flavours)  # a runtime and a devel image per flavour
     for name, target in bake["target"].items():
         flavour = expected[name]
         resolved = evaluate(target, variables)
         assert resolved["tags"] == [f"registry.example/xla:{tag}" for tag in flavour.tags]
         assert resolved["labels"] == flavour.labels
-        assert resolved["context"] == f"ctx/{flavour.tag}"
+        # A devel image is the devel stage of its runtime flavour's context: the same Dockerfile and lock.
+        assert resolved["context"] == f"ctx/{flavour.runtime_tag}"
         assert resolved["dockerfile"] == "Dockerfile"
-        assert resolved["target"] == names.RUNTIME_STAGE
+        assert resolved["target"] == (names.DEVEL_STAGE if flavour.is_devel else names.RUNTIME_STAGE)
 
 
 def test_target_and_group_names_are_valid_and_distinct(bake: dict[str, Any]) -> None:
@@ -96,20 +98,21 @@ def test_bake_command_line_names_reach_the_targets(plan: Plan, bake: dict[str, A
 
 def test_groups_cover_releases_abis_and_accelerators(plan: Plan, bake: dict[str, Any]) -> None:
     groups = {name: group["targets"] for name, group in bake["group"].items()}
-    everything = [cigen.bake_target_name(flavour) for flavour in plan.flavours]
+    everything = [cigen.bake_target_name(flavour) for flavour in plan.every_image]
     assert groups.pop("default") == everything
     facets = {
         "release": lambda f: f"r{f.release_minor}".replace(".", "_"),
         "abi": lambda f: f.abi.value,
         "accelerator": lambda f: f.accelerator.value,
+        "variant": lambda f: f.variant.value,
     }
     for facet in facets.values():
-        names = {facet(flavour) for flavour in plan.flavours}
+        names = {facet(flavour) for flavour in plan.every_image}
         covered = [target for name in names for target in groups.pop(name)]
-        # Each facet partitions the matrix: every flavour in exactly one of its groups.
+        # Each facet partitions the images: every image in exactly one of its groups.
         assert sorted(covered) == sorted(everything)
         for name in names:
-            members = {cigen.bake_target_name(f) for f in plan.flavours if facet(f) == name}
+            members = {cigen.bake_target_name(f) for f in plan.every_image if facet(f) == name}
             assert set(bake["group"][name]["targets"]) == members
     assert groups == {}, f"unexpected groups {sorted(groups)}"
     releases = {cigen.bake_group_name(f"r{flavour.release_minor}") for flavour in plan.flavours}
@@ -149,17 +152,20 @@ def test_golden_bake_for_a_small_matrix(tmp_path: Path) -> None:
     (tmp_path / "matrix.yaml").write_text(FIXTURE_MATRIX)
     bake = json.loads(cigen.bake_files(load_plan(tmp_path / "matrix.yaml"))[cigen.BAKE_FILE])
     bake.pop("//")
+    both_26, both_29 = ["r2_6_0_3_11_cpu", "r2_6_0_3_11_cpu_devel"], ["r2_9_0_3_11_cpu", "r2_9_0_3_11_cpu_devel"]
     for target in bake["target"].values():
         assert target.pop("labels")["io.xla-images.tag"] == target["tags"][0].split(":", 1)[1]
     assert bake == {
         "variable": {"REGISTRY": {"default": "127.0.0.1:5000/xla-images"}, "CONTEXTS": {"default": "build/bake"}},
         "group": {
-            "default": {"targets": ["r2_6_0_3_11_cpu", "r2_9_0_3_11_cpu"]},
-            "r2_6": {"targets": ["r2_6_0_3_11_cpu"]},
-            "r2_9": {"targets": ["r2_9_0_3_11_cpu"]},
-            "pre-cxx11": {"targets": ["r2_6_0_3_11_cpu"]},
-            "cxx11": {"targets": ["r2_9_0_3_11_cpu"]},
-            "cpu": {"targets": ["r2_6_0_3_11_cpu", "r2_9_0_3_11_cpu"]},
+            "default": {"targets": [*both_26, *both_29]},
+            "r2_6": {"targets": both_26},
+            "r2_9": {"targets": both_29},
+            "pre-cxx11": {"targets": both_26},
+            "cxx11": {"targets": both_29},
+            "cpu": {"targets": [*both_26, *both_29]},
+            "runtime": {"targets": ["r2_6_0_3_11_cpu", "r2_9_0_3_11_cpu"]},
+            "devel": {"targets": ["r2_6_0_3_11_cpu_devel", "r2_9_0_3_11_cpu_devel"]},
         },
         "target": {
             "r2_6_0_3_11_cpu": {
@@ -169,12 +175,29 @@ def test_golden_bake_for_a_small_matrix(tmp_path: Path) -> None:
                 "target": "runtime",
                 "tags": ["${REGISTRY}:r2.6.0_3.11_cpu", "${REGISTRY}:r2.6_3.11_cpu"],
             },
+            "r2_6_0_3_11_cpu_devel": {
+                "description": "PyTorch/XLA 2.6.0 with torch 2.6.0, python 3.11, pre-C++11 ABI, cpu, devel (C++ "
+                               "toolchain for extensions)",
+                "context": "${CONTEXTS}/r2.6.0_3.11_cpu",
+                "dockerfile": "Dockerfile",
+                "target": "devel",
+                "tags": ["${REGISTRY}:r2.6.0_3.11_cpu_devel", "${REGISTRY}:r2.6_3.11_cpu_devel"],
+            },
             "r2_9_0_3_11_cpu": {
                 "description": "PyTorch/XLA 2.9.0 with torch 2.9.0, python 3.11, C++11 ABI, cpu",
                 "context": "${CONTEXTS}/r2.9.0_3.11_cpu",
                 "dockerfile": "Dockerfile",
                 "target": "runtime",
                 "tags": ["${REGISTRY}:r2.9.0_3.11_cpu", "${REGISTRY}:r2.9_3.11_cpu", "${REGISTRY}:latest_cpu"],
+            },
+            "r2_9_0_3_11_cpu_devel": {
+                "description": "PyTorch/XLA 2.9.0 with torch 2.9.0, python 3.11, C++11 ABI, cpu, devel (C++ "
+                               "toolchain for extensions)",
+                "context": "${CONTEXTS}/r2.9.0_3.11_cpu",
+                "dockerfile": "Dockerfile",
+                "target": "devel",
+                "tags": ["${REGISTRY}:r2.9.0_3.11_cpu_devel", "${REGISTRY}:r2.9_3.11_cpu_devel",
+                         "${REGISTRY}:latest_cpu_devel"],
             },
         },
     }
@@ -211,9 +234,9 @@ def test_buildx_reads_the_file(plan: Plan, tmp_path: Path) -> None:
                             env={**os.environ, "REGISTRY": "reg.example/x"})
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
-    expected = {cigen.bake_target_name(f) for f in plan.flavours if f.release_minor == newest}
+    expected = {cigen.bake_target_name(f) for f in plan.every_image if f.release_minor == newest}
     assert set(printed["target"]) == expected
-    for flavour in plan.flavours:
+    for flavour in plan.every_image:
         if flavour.release_minor == newest:
             assert printed["target"][cigen.bake_target_name(flavour)]["tags"] == \
                 [f"reg.example/x:{tag}" for tag in flavour.tags]

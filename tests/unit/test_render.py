@@ -74,7 +74,7 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     dockerfile = render.render_flavour(flavour)["Dockerfile"]
     assert "ARG BASE_IMAGE=python:3.11-slim-bookworm\n" in dockerfile
     assert [line.split(" AS ")[1] for line in dockerfile.splitlines() if line.startswith("FROM ")] == [
-        "venv", "base", "wheels", "runtime"]
+        "venv", "base", "wheels", "runtime", "devel"]
     venv, base, wheels_stage, runtime = (stage(dockerfile, name) for name in ("venv", "base", "wheels", "runtime"))
     assert "libpython3.11.so.1.0" in venv and "python3.11 -m venv --without-pip /opt/venv" in venv
     # pip and setuptools come from ensurepip in the wheels stage, where a lock may replace them (see layers.py).
@@ -103,7 +103,7 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     for name, value in flavour.labels.items():
         assert f'{name}="{value}"' in runtime
     assert 'io.xla-images.flavour-id="${FLAVOUR_ID}"' in runtime
-    assert runtime.rstrip().endswith('CMD ["python"]')
+    assert runtime.split("\n# devel:")[0].rstrip().endswith('CMD ["python"]')
     # Labels come after everything heavy, so a new flavour id does not invalidate cached layers.
     assert runtime.index("ARG FLAVOUR_ID") > runtime.index("COPY --from=wheels /layers/smoke/ /")
 
@@ -163,3 +163,24 @@ def test_dockerfile_quote(value: str, quoted: str) -> None:
 def test_dockerfile_quote_refuses_newlines() -> None:
     with pytest.raises(ConfigError):
         render.dockerfile_quote("two\nlines")
+
+
+def test_devel_stage_is_built_from_runtime_and_changes_none_of_its_layers() -> None:
+    """The devel image is the runtime stage plus its own layers: `FROM runtime`, nothing copied over a runtime
+    layer, the toolchain from apt and pip with no ABI flag of ours (torch's cpp_extension sets it), and the devel
+    image's own tag, labels and env; the stages before it are the same text whatever the variant."""
+    flavour = fixed_flavours()["r2.6.0_3.11_tpuvm"]
+    dockerfile = render.render_flavour(flavour)["Dockerfile"]
+    assert render.render_flavour(flavour.devel)["Dockerfile"] == dockerfile  # one Dockerfile for both images
+    devel = stage(dockerfile, "devel")
+    assert devel.splitlines()[0] == "FROM runtime AS devel"
+    assert not [line for line in devel.splitlines() if line.startswith(("COPY", "ADD"))]
+    assert "g++ ninja-build" in devel and "libpython3.11-dev" in devel
+    assert "-m pip install --no-cache-dir setuptools==" in devel and " wheel==" in devel
+    assert "_GLIBCXX_USE_CXX11_ABI" not in devel
+    assert "--mount=type=secret,id=pip.conf,target=/tmp/pip/pip.conf" in devel
+    assert 'XLA_IMAGES_TAG="r2.6.0_3.11_tpuvm_devel"' in devel and 'PIP_NO_BUILD_ISOLATION="0"' in devel
+    assert 'io.xla-images.tag="r2.6.0_3.11_tpuvm_devel"' in devel and 'io.xla-images.variant="devel"' in devel
+    assert 'io.xla-images.flavour-id="${FLAVOUR_ID}"' in devel
+    runtime = stage(dockerfile, "runtime")
+    assert 'io.xla-images.tag="r2.6.0_3.11_tpuvm"' in runtime and "variant" not in runtime

@@ -116,3 +116,20 @@ def test_empty_published_file_is_a_failure(tmp_path: Path) -> None:
     path = published(tmp_path)
     with pytest.raises(Failure, match="lists no published flavour"):
         resolve.from_published(path, filters())
+
+
+def test_a_devel_image_beside_its_runtime_image_resolves_by_variant(tmp_path: Path) -> None:
+    """A flavour's devel image has its runtime image's facts: without --variant the runtime image is the one match,
+    `--variant devel` the devel image, and `--variant all` (None) lists both, saying the variant tells them apart."""
+    runtime = make_flavour()
+    path = published(tmp_path, (runtime, DIGEST_A), (runtime.devel, DIGEST_B))
+    answered = {}
+    client_for = lambda registry: FakeClient({DIGEST_A, DIGEST_B})  # noqa: E731
+    for variant in ("runtime", "devel"):
+        given = filters(abi="cxx11", python="3.11") | ({} if variant == "runtime" else {"variant": variant})
+        answered[variant] = resolve.resolve_published(path, given, client_for, lambda line: None)
+    assert answered["runtime"].tag == runtime.tag and answered["runtime"].ref.endswith(DIGEST_A)
+    assert answered["devel"].tag == f"{runtime.tag}_devel" and answered["devel"].ref.endswith(DIGEST_B)
+    with pytest.raises(Failure) as raised:
+        resolve.resolve_published(path, filters(abi="cxx11", variant=None), client_for, lambda line: None)
+    assert "--variant (devel | runtime)" in raised.value.hint

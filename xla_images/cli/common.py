@@ -11,12 +11,13 @@ import click
 
 from ..errors import ConfigError
 from ..generate.plan import Plan, load_plan
-from ..model.flavour import Abi, Accelerator
+from ..model.flavour import Abi, Accelerator, Variant
 from ..model.target import Target
 from ..names import PUBLISHED_NAME, REPORTS
 from ..userfiles import resolve_path
 
 DEFAULT_SITE = "site.yaml"
+ALL_VARIANTS = "all"
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
@@ -68,10 +69,15 @@ def flavour_filters(command: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--torch-xla", "torch_xla", metavar="VERSION", help="Only this torch_xla (2.9 or 2.9.0).")
     @click.option("--accelerator", type=click.Choice([accelerator.value for accelerator in Accelerator]),
                   help="Only this accelerator.")
+    @click.option("--variant", type=click.Choice([*(variant.value for variant in Variant), ALL_VARIANTS]),
+                  help="runtime images, devel images (`<tag>_devel`: the runtime image plus a C++ toolchain), or "
+                       "all (default: runtime, or what the named tags are).")
     @functools.wraps(command)
     def wrapper(*args: Any, abi: str | None, python: str | None, torch_xla: str | None, accelerator: str | None,
-                **kwargs: Any) -> Any:
+                variant: str | None, **kwargs: Any) -> Any:
         filters = {"abi": abi, "python": python, "torch_xla": torch_xla, "accelerator": accelerator}
+        if variant is not None:  # absent: the plan's default (runtime images unless tags are named)
+            filters["variant"] = None if variant == ALL_VARIANTS else variant
         return command(*args, filters=filters, **kwargs)
 
     return wrapper

@@ -36,7 +36,10 @@ def lock(plan: Plan, flavours: tuple[str, ...], filters: dict[str, str | None], 
       build.py lock r2.9.0_3.11_cpu
       build.py lock --torch-xla 2.9 --stale-only
     """
-    chosen = select(plan, flavours, filters)
+    # A devel image is locked by its runtime flavour's lock (it is a stage of the same Dockerfile).
+    runtimes = {flavour.tag: flavour for flavour in plan.flavours}
+    chosen = list({flavour.runtime_tag: runtimes[flavour.runtime_tag]
+                   for flavour in select(plan, flavours, filters)}.values())
     if stale_only:
         chosen = [flavour for flavour in chosen
                   if sync.lock_status(plan, flavour).state is not sync.LockState.FRESH]

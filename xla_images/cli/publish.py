@@ -100,7 +100,7 @@ def _resolve(plan: Plan, filters: dict[str, str | None], registry_text: str | No
                                            functools.partial(registries.connect, named=named), say)
     registry = Registry.parse(registry_text or plan.site.registry,
                                       where="--registry" if registry_text else "site registry")
-    return resolving.resolve_registry(list(plan.flavours), registries.connect(registry, named=named), filters)
+    return resolving.resolve_registry(list(plan.every_image), registries.connect(registry, named=named), filters)
 
 
 @click.command("resolve")

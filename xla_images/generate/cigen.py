@@ -23,7 +23,7 @@ from .. import names, resources
 from ..errors import ConfigError, Failure
 from ..model.site import load_site
 from ..model.target import Target
-from ..names import GENERATED_MARK, RUNTIME_STAGE
+from ..names import GENERATED_MARK
 from .plan import Plan
 
 GITHUB_DIR = Path("ci") / "github"
@@ -71,8 +71,9 @@ def bake_files(plan: Plan) -> dict[Path, str]:
 
 
 def bake_config(plan: Plan) -> dict[str, Any]:
-    """The committed bake definition: one target per flavour, groups per release, ABI and accelerator."""
-    flavours = list(plan.flavours)
+    """The committed bake definition: one target per image (each flavour's runtime and devel image), groups per
+    release, ABI, accelerator and variant."""
+    flavours = list(plan.every_image)
     targets = {bake_target_name(flavour): _bake_target(flavour) for flavour in flavours}
     _check_unique_names(flavours, targets)
     groups = bake_groups(flavours)
@@ -105,12 +106,14 @@ def bake_group_name(word: str) -> str:
 
 
 def bake_groups(flavours: list[Target]) -> dict[str, dict[str, list[str]]]:
-    """`default` = all; `r2_9` per release (`docker buildx bake r2.9` works); `cxx11`/`pre-cxx11`; `tpu`/`cpu`."""
+    """`default` = all; `r2_9` per release (`docker buildx bake r2.9` works); `cxx11`/`pre-cxx11`; `tpu`/`cpu`;
+    `runtime`/`devel`."""
     members: dict[str, list[str]] = {"default": [bake_target_name(flavour) for flavour in flavours]}
     facets = (
         lambda flavour: f"r{flavour.release_minor}",
         lambda flavour: flavour.abi.value,
         lambda flavour: flavour.accelerator.value,
+        lambda flavour: flavour.variant.value,
     )
     for facet in facets:
         # Groups of one facet together, in matrix order (releases ascend there).
@@ -147,9 +150,10 @@ def bake_override(plan: Plan, flavours: list[Target], contexts: Path, base_image
 def _bake_target(flavour: Target) -> dict[str, Any]:
     return {
         "description": _bake_literal(flavour.labels["org.opencontainers.image.description"]),
-        "context": f"${{CONTEXTS}}/{flavour.tag}",
+        # A devel image builds the devel stage of its runtime flavour's context (the same Dockerfile and lock).
+        "context": f"${{CONTEXTS}}/{flavour.runtime_tag}",
         "dockerfile": "Dockerfile",
-        "target": RUNTIME_STAGE,
+        "target": flavour.variant.stage,
         "tags": [f"${{REGISTRY}}:{tag}" for tag in flavour.tags],
         "labels": {key: _bake_literal(value) for key, value in flavour.labels.items()},
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import layers, resources, userfiles, wheel_install
 from ..errors import ConfigError, ErrorList
 from ..model import matrix, nightly, wheel_index
+from ..model.flavour import Variant
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
 from ..names import DOCKERFILES, INSTALL_SCRIPT, LOCK_NAME, SPLIT_SCRIPT
@@ -53,13 +54,26 @@ class Plan:
     root: Path
     matrix_path: Path
     site: Site
-    # The matrix's flavours as this site builds them, in matrix order.
+    # The matrix's flavours as this site builds them, in matrix order: the runtime images, whose files are
+    # rendered and locked (render, lock and the layout checks go through these).
     flavours: tuple[Target, ...]
-    # tag -> file name -> content, as `render` writes them under Dockerfiles/<tag>/
+    # runtime tag -> file name -> content, as `render` writes them under Dockerfiles/<tag>/ (a devel image's files
+    # are its runtime flavour's: the devel image is a stage of that Dockerfile; see `files`)
     rendered: dict[str, dict[str, str]]
 
+    @property
+    def every_image(self) -> tuple[Target, ...]:
+        """Every image: each runtime flavour followed by its devel variant (what commands select from: build, test,
+        push, resolve, promote, prune, the bake file)."""
+        return tuple(image for flavour in self.flavours for image in (flavour, flavour.devel))
+
+    def files(self, flavour: Target) -> dict[str, str]:
+        """The rendered files the image is built from: its runtime flavour's."""
+        return self.rendered[flavour.runtime_tag]
+
     def flavour_dir(self, flavour: Target) -> Path:
-        return self.root / DOCKERFILES / flavour.tag
+        """Dockerfiles/<runtime tag>/: a devel flavour's files are its runtime flavour's."""
+        return self.root / DOCKERFILES / flavour.runtime_tag
 
     def lock_path(self, flavour: Target) -> Path:
         return self.flavour_dir(flavour) / LOCK_NAME
@@ -70,7 +84,11 @@ class Plan:
         return resources.smoke_dir()
 
     def select(self, names: tuple[str, ...] = (), **filters: str | None) -> list[Target]:
-        return matrix.select(list(self.flavours), names, **filters)
+        """Images named by tag or alias, then filtered. Without names and without a `variant` filter, the
+        runtime images only: devel images are asked for (`--variant devel|all`, or by tag)."""
+        if not names and "variant" not in filters:
+            filters = {**filters, "variant": Variant.RUNTIME.value}
+        return matrix.select(list(self.every_image), names, **filters)
 
 
 def load_plan(matrix_path: Path, site_path: Path | None = None, overrides: tuple[str, ...] = ()) -> Plan:

@@ -18,7 +18,7 @@ import jinja2
 
 from .. import layers, resources
 from ..errors import ConfigError
-from ..model.flavour import Flavour, WheelBuild, default_base_image
+from ..model.flavour import Flavour, Variant, WheelBuild, default_base_image
 from ..model.lockfile import constraints_digest, format_constraints
 from ..names import (CA_SECRET, CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL,
                      CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, FLAVOUR_ID_LABEL, GENERATED_MARK,
@@ -30,6 +30,9 @@ TEMPLATES = {DOCKERFILE: "Dockerfile.j2"}
 # The parameters of one wheel build (wheel-builds/<build>.env), read by the static wheel-builds/build-wheels.sh.
 WHEEL_BUILD_TEMPLATE = "wheel-build.env.j2"
 RENDER_COMMAND = "./build.py render"
+# What the devel stage pip-installs into the venv for `pip wheel .` of a setuptools project (pinned: the same
+# devel image from the same Dockerfile; the image's constraints still apply to them).
+DEVEL_PIP = ("setuptools==80.9.0", "wheel==0.45.1")
 
 
 # --- rendering ----------------------------------------------------------------------------------------------
@@ -43,7 +46,8 @@ def header(template: str, command: str = RENDER_COMMAND) -> str:
 def render_flavour(flavour: Flavour, lock_text: str = "") -> dict[str, str]:
     """{"Dockerfile": ..., "constraints.txt": ...} for one flavour and the text of its committed lock. Pure: same
     flavour and lock, same bytes, any site. The constraints come first: the Dockerfile's labels carry their
-    sha256."""
+    sha256. A devel flavour renders its runtime flavour's files: the devel image is a stage of that Dockerfile."""
+    flavour = flavour.runtime
     constraints = format_constraints(flavour, lock_text)
     context = template_context(flavour, constraints)
     files = {name: _render(template, {**context, "header": header(template)})
@@ -83,8 +87,14 @@ def wheel_build_context(build: WheelBuild, flavours: list[str]) -> dict[str, Any
 def template_context(flavour: Flavour, constraints: str = "") -> dict[str, Any]:
     """Everything the templates may use. Deliberately not the wheel source nor the site's base image."""
     derived_labels = {CONSTRAINTS_LABEL: IMAGE_CONSTRAINTS, CONSTRAINTS_SHA256_LABEL: constraints_digest(constraints)}
+    runtime, devel = flavour.runtime, flavour.devel
     return {
-        "tag": flavour.tag,
+        "tag": runtime.tag,
+        "devel_suffix": Variant.DEVEL.tag_suffix,
+        # What the devel stage sets over the runtime's environment, and its labels (all of them: they replace).
+        "devel_env": {name: value for name, value in devel.env.items() if runtime.env.get(name) != value},
+        "devel_labels": {**devel.labels, **derived_labels},
+        "devel_pip": DEVEL_PIP,
         "python": flavour.python,
         "torch": flavour.torch,
         "torch_xla": flavour.torch_xla,
@@ -96,8 +106,8 @@ def template_context(flavour: Flavour, constraints: str = "") -> dict[str, Any]:
         "default_base_image": default_base_image(flavour.python),
         "venv": VENV,
         "site_packages": f"{VENV}/lib/python{flavour.python}/site-packages",
-        "env": flavour.env,
-        "labels": {**flavour.labels, **derived_labels},
+        "env": runtime.env,
+        "labels": {**runtime.labels, **derived_labels},
         "constraints_name": CONSTRAINTS_NAME,
         "tools_dir": IMAGE_TOOLS_DIR,
         "check_tool": CHECK_TOOL,

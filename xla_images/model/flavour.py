@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
 from ..errors import Location
-from ..names import (ENV_PREFIX, IMAGE_CONSTRAINTS, LABEL_PREFIX, PROJECT_URL, TAG_LABEL, WHEEL_BUILD_SCRIPT,
-                     WHEEL_BUILDS_DIR)
+from ..names import (DEVEL_STAGE, ENV_PREFIX, IMAGE_CONSTRAINTS, LABEL_PREFIX, PROJECT_URL, RUNTIME_STAGE, TAG_LABEL,
+                     VARIANT_LABEL, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR)
 
 
 
@@ -63,6 +63,30 @@ class Accelerator(str, enum.Enum):
     @property
     def pjrt_device(self) -> str:
         return "TPU" if self is Accelerator.TPU else "CPU"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Variant(str, enum.Enum):
+    """Which image of a flavour: the runtime image, or the devel image built FROM it (a C++ toolchain on top).
+
+    A devel image is the runtime image's layers plus a few of its own (the Dockerfile's `devel` stage is
+    `FROM runtime`), so it shares the runtime's Dockerfile, lock and layers; it differs by tag, labels and env.
+    """
+
+    RUNTIME = "runtime"
+    DEVEL = "devel"
+
+    @property
+    def tag_suffix(self) -> str:
+        """`_devel` after the runtime tag (and each alias): `r2.9.0_3.11_cpu_devel`."""
+        return "" if self is Variant.RUNTIME else f"_{self.value}"
+
+    @property
+    def stage(self) -> str:
+        """The Dockerfile stage the image is (`docker build --target`)."""
+        return RUNTIME_STAGE if self is Variant.RUNTIME else DEVEL_STAGE
 
     def __str__(self) -> str:
         return self.value
@@ -189,12 +213,46 @@ class Flavour:
     # release itself when it inherits them.
     abis_declared_at: Location | None = None
     channel_declared_at: Location | None = None
+    # The runtime image, or its devel image (Variant). matrix.py declares runtime flavours; `devel` derives the
+    # other, with its aliases suffixed like its tag.
+    variant: Variant = Variant.RUNTIME
 
     @property
     def tag(self) -> str:
+        return self.runtime_tag + self.variant.tag_suffix
+
+    @property
+    def runtime_tag(self) -> str:
+        """The runtime image's tag: the tag of a runtime flavour, the tag a devel flavour is built FROM. Its
+        Dockerfile and lock live under Dockerfiles/<runtime_tag>/ (the devel image is a stage of it)."""
         if self.is_nightly:
             return make_nightly_tag(self.python, self.accelerator, self.abi, self.release_default_abi)
         return make_tag(self.torch_xla, self.python, self.accelerator, self.abi, self.release_default_abi)
+
+    @property
+    def is_devel(self) -> bool:
+        return self.variant is Variant.DEVEL
+
+    @property
+    def devel(self: AnyFlavour) -> AnyFlavour:
+        """This runtime flavour's devel variant: the same facts, the tag and every alias suffixed `_devel`."""
+        import dataclasses
+
+        if self.is_devel:
+            return self
+        suffix = Variant.DEVEL.tag_suffix
+        return dataclasses.replace(self, variant=Variant.DEVEL, aliases=tuple(a + suffix for a in self.aliases))
+
+    @property
+    def runtime(self: AnyFlavour) -> AnyFlavour:
+        """The runtime flavour a devel one is built FROM (itself for a runtime flavour)."""
+        import dataclasses
+
+        if not self.is_devel:
+            return self
+        suffix = Variant.DEVEL.tag_suffix
+        return dataclasses.replace(self, variant=Variant.RUNTIME,
+                                   aliases=tuple(a[: -len(suffix)] for a in self.aliases))
 
     @property
     def is_nightly(self) -> bool:
@@ -208,14 +266,14 @@ class Flavour:
     @property
     def nightly_dated_tag(self) -> str | None:
         date = self.nightly_date
-        return dated_tag(self.tag, date) if date else None
+        return dated_tag(self.runtime_tag, date) + self.variant.tag_suffix if date else None
 
     def with_nightly(self, torch: str, torch_xla: str) -> Flavour:
         """This nightly flavour pinned to one night's builds; the dated tag becomes its alias."""
         import dataclasses
 
         pinned = dataclasses.replace(self, torch=torch, torch_xla=torch_xla)
-        return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag),))
+        return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag) + self.variant.tag_suffix,))
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -246,6 +304,11 @@ class Flavour:
         env = self._release_env
         if self.is_nightly:
             env[f"{ENV_PREFIX}_NIGHTLY_DATE"] = self.nightly_date or ""
+        if self.is_devel:
+            env[f"{ENV_PREFIX}_VARIANT"] = self.variant.value
+            # `pip wheel .` of an extension builds against the image's torch (whose flag sets the ABI), not
+            # against a torch pip would download into an isolated build environment ("0" turns isolation off).
+            env["PIP_NO_BUILD_ISOLATION"] = "0"
         return env
 
     @property
@@ -288,6 +351,10 @@ class Flavour:
             # What the image checks hold the installed torch_xla to before a push (pytorch/xla#8475).
             labels[f"{LABEL_PREFIX}.channel"] = self.channel.value
             labels[f"{LABEL_PREFIX}.nightly-date"] = self.nightly_date or "unpinned"
+        if self.is_devel:
+            labels["org.opencontainers.image.description"] += ", devel (C++ toolchain for extensions)"
+            labels[VARIANT_LABEL] = self.variant.value
+            labels[f"{LABEL_PREFIX}.runtime-tag"] = self.runtime_tag
         labels.update(dict(self.extra_labels))
         return labels
 
@@ -295,7 +362,7 @@ class Flavour:
     def filter_facts(self) -> dict[str, str]:
         """The facts `list`, `build` and `resolve` select flavours by (`facts_match`)."""
         return {"abi": self.abi.value, "python": self.python, "torch_xla": self.torch_xla,
-                "accelerator": self.accelerator.value}
+                "accelerator": self.accelerator.value, "variant": self.variant.value}
 
     def matches(
         self,
@@ -304,10 +371,11 @@ class Flavour:
         python: str | None = None,
         torch_xla: str | None = None,
         accelerator: str | None = None,
+        variant: str | None = None,
     ) -> bool:
         """Filter used by list/build/resolve. `torch_xla` may be a prefix such as `2.9` (matches 2.9.x)."""
-        return facts_match(self.filter_facts,
-                           {"abi": abi, "python": python, "torch_xla": torch_xla, "accelerator": accelerator})
+        return facts_match(self.filter_facts, {"abi": abi, "python": python, "torch_xla": torch_xla,
+                                               "accelerator": accelerator, "variant": variant})
 
 
 # What a function that takes Flavours or Targets gives back: the same kind it was given.
@@ -323,13 +391,19 @@ def facts_match(facts: Mapping[str, Any], filters: Mapping[str, str | None]) -> 
     for key, wanted in filters.items():
         if wanted is None:
             continue
-        value = str(facts.get(key))
+        value = fact(facts, key)
         if key == "torch_xla":
             if not _version_prefix_matches(value, wanted):
                 return False
         elif value != wanted:
             return False
     return True
+
+
+def fact(facts: Mapping[str, Any], key: str) -> str:
+    """One filter fact of a flavour's facts, as text. A runtime image's facts carry no `variant` (so its records
+    read as before devel images existed): it is `runtime`."""
+    return str(facts.get(key, Variant.RUNTIME.value if key == "variant" else None))
 
 
 def _version_prefix_matches(version: str, wanted: str) -> bool:

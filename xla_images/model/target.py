@@ -36,6 +36,15 @@ class Target(Flavour):
     id: str = ""
 
     @property
+    def devel(self) -> Target:
+        """The devel image of this runtime target, with its own id: the runtime's id (which hashes the whole
+        Dockerfile, devel stage included) and the devel image's facts (devel_id)."""
+        devel = Flavour.devel.fget(self)  # type: ignore[attr-defined]
+        if self.is_devel or not self.id:
+            return devel
+        return dataclasses.replace(devel, id=devel_id(self.id, devel))
+
+    @property
     def requirements(self) -> tuple[str, ...]:
         """Top-level pins installed into the image, in order.
 
@@ -87,6 +96,9 @@ class Target(Flavour):
             "requirements": list(self.requirements),
             "labels": self.labels,
         }
+        if self.is_devel:
+            # Only devel images carry these keys, so runtime flavours' records read as before.
+            facts.update({"variant": self.variant.value, "runtime_tag": self.runtime_tag})
         if self.is_nightly:
             # Only nightlies carry these keys, so release flavours keep their ids (the id hashes these facts).
             facts.update({"channel": self.channel.value, "nightly_base": self.nightly_base,
@@ -154,3 +166,11 @@ def content_id(target: Target, files: dict[str, str], lock: str, smoke_digest: s
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     return f"sha256:{digest}"
+
+
+def devel_id(runtime_id: str, devel: Target) -> str:
+    """`sha256:…` of a devel image: its runtime image's id and its own facts (tag, labels, env differ)."""
+    facts = devel.to_json()
+    facts.pop("id")
+    payload = {"runtime": runtime_id, "facts": facts}
+    return "sha256:" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

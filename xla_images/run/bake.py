@@ -42,10 +42,14 @@ def assemble_bake_contexts(plan: Plan, flavours: list[Target], contexts: Path,
     contexts = contexts.resolve()
     contexts.mkdir(parents=True, exist_ok=True)
     base_images = {}
+    written: set[str] = set()
     for flavour in flavours:
         base_images[flavour.tag] = chooser(flavour)
-        _replace_context(plan, flavour, contexts / flavour.tag, context.write_context)
-    secrets = {flavour.tag: context.context_secrets(contexts / flavour.tag) for flavour in flavours}
+        # A devel image builds from its runtime flavour's context: one context per runtime tag.
+        if flavour.runtime_tag not in written:
+            _replace_context(plan, flavour, contexts / flavour.runtime_tag, context.write_context)
+            written.add(flavour.runtime_tag)
+    secrets = {flavour.tag: context.context_secrets(contexts / flavour.runtime_tag) for flavour in flavours}
     override = contexts / cigen.OVERRIDE_NAME
     diskio.write_text_atomic(override, cigen.bake_override(plan, flavours, contexts, base_images, secrets),
                              "the bake override", shared=True)

@@ -315,13 +315,19 @@ class _Run:
             if self.buildkit:
                 say(f"builder: BuildKit (docker buildx {engine.buildkit.buildx_info().version})"
                     + (f", {self.export.describe()} layers into the containerd image store" if self.export else ""))
-                build = engine.buildkit.BuildKitBuild(context, args, secrets=context_secrets(context),
+                build = engine.buildkit.BuildKitBuild(context, args, target=flavour.variant.stage,
+                                                      secrets=context_secrets(context),
                                                       no_cache=self.options.no_cache, export=self.export)
+            elif flavour.is_devel:
+                raise Failure(f"{flavour.tag} needs BuildKit: its devel stage mounts the pip settings as a secret, "
+                              "which the classic builder would copy into a layer", rule="devel-buildkit",
+                              hint="install docker buildx (the docker-buildx plugin) on this host")
             else:
                 say("builder: classic (no docker buildx here); secrets are copied into the wheels stage only")
                 prepare_classic_context(context)
                 self._build_base_stage(flavour, base, context / DOCKERFILE, say)
-                build = engine.classic.StreamingBuild(context, args, no_cache=self.options.no_cache)
+                build = engine.classic.StreamingBuild(context, args, target=flavour.variant.stage,
+                                                      no_cache=self.options.no_cache)
             self.reporter.state(flavour, "building")
             image_id = self._run(flavour, build, say)
         if self.buildkit and self.export is not None:  # what the skip check asks of this image next time

@@ -93,13 +93,13 @@ def write_context(plan: Plan, flavour: Target, directory: Path, wheelhouse: Path
     says; return notes for the build log."""
     inputs = context_inputs(plan, flavour, wheelhouse)
     notes = []
-    dockerfile = plan.rendered[flavour.tag][DOCKERFILE]
+    dockerfile = plan.files(flavour)[DOCKERFILE]
     on_disk = plan.flavour_dir(flavour) / DOCKERFILE
     if _committed(on_disk) != dockerfile:
         notes.append(f"warning: {on_disk} differs from what `./build.py render` writes; building the rendered one")
     (directory / DOCKERFILE).write_text(dockerfile, encoding="utf-8")
     shutil.copyfile(plan.lock_path(flavour), directory / LOCK_NAME)
-    (directory / CONSTRAINTS_NAME).write_text(plan.rendered[flavour.tag][CONSTRAINTS_NAME], encoding="utf-8")
+    (directory / CONSTRAINTS_NAME).write_text(plan.files(flavour)[CONSTRAINTS_NAME], encoding="utf-8")
     write_check_tool(directory / CHECK_TOOL)
     for name, source in BUILD_SCRIPTS.items():
         shutil.copyfile(source, directory / name)

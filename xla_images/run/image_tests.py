@@ -9,6 +9,10 @@ does not stop the others: the report says which failed and why, and the command 
 Why the smoke suite comes first: the layer scan waits on the disk (`docker save`, about a minute for an 8 GB
 image), the smoke suite on the CPU, so the one runs beside the other; the checks then take their scan's result.
 Neither result gates the other, so the order changes no verdict.
+
+A devel image (`<tag>_devel`) gets the checks and the SBOM, not the smoke suite: its runtime layers are the
+runtime image's, smoke-tested there. Its own checks (image_checks/test_image.py) build examples/extension in it
+with `pip wheel .` and run that wheel in the runtime image, which must be built too.
 """
 from __future__ import annotations
 
@@ -59,7 +63,9 @@ def run_image_tests(plan: Plan, flavours: list[Target], options: ImageTestOption
         report_dir = reports_root / flavour.tag
         smoked, scan = None, None
         try:
-            if not options.checks_only:
+            # A devel image's python, torch and torch_xla are its runtime image's layers, which the runtime's own
+            # `test` runs the smoke suite on; the devel checks build and run the example extension instead.
+            if not options.checks_only and not flavour.is_devel:
                 # With -k the checks may not scan the layers at all: then they scan on demand, if they do.
                 scan = None if options.keyword else checks.BackgroundLayerScan(
                     engine.images.save_image_stream(image), ca_bundle)

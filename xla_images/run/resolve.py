@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import Failure
-from ..model.flavour import facts_match
+from ..model.flavour import Variant, fact, facts_match
 from ..model.registry import Registry
 from ..model.target import Target
 from .publish import read_published
 from .registry import RegistryClient
 
-FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator"}
+FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator",
+                  "variant": "--variant"}
 Warn = Callable[[str], None]
 
 
@@ -35,6 +36,12 @@ class Resolved:
     ref: str
     tag: str
     verified: bool  # False when the registry could not be asked
+
+
+def with_variant(filters: dict[str, str | None]) -> dict[str, str | None]:
+    """A runtime image unless `--variant` says otherwise: a flavour's devel image matches the same facts, and a
+    resolve with no variant must still name one image."""
+    return filters if "variant" in filters else {**filters, "variant": Variant.RUNTIME.value}
 
 
 def from_published(path: Path, filters: dict[str, str | None]) -> list[Candidate]:
@@ -61,7 +68,8 @@ def from_registry(flavours: list[Target], client: RegistryClient, filters: dict[
 def choose(candidates: list[Candidate], filters: dict[str, str | None], where: str) -> Candidate:
     if len(candidates) == 1:
         return candidates[0]
-    given = " ".join(f"{FILTER_OPTIONS[key]} {value}" for key, value in filters.items() if value) or "(no filters)"
+    given = " ".join(f"{FILTER_OPTIONS[key]} {value}" for key, value in filters.items()
+                     if value and not (key == "variant" and value == Variant.RUNTIME.value)) or "(no filters)"
     if not candidates:
         raise Failure(f"no published flavour in {where} matches {given}", rule="resolve-one",
                       hint="loosen the filters, or push the flavour first (`build.py list` shows the tags)")
@@ -76,7 +84,7 @@ def _telling_filter(candidates: list[Candidate], filters: dict[str, str | None])
     for key, option in FILTER_OPTIONS.items():
         if filters.get(key):
             continue
-        values = sorted({str(c.facts.get(key)) for c in candidates})
+        values = sorted({fact(c.facts, key) for c in candidates})
         if len(values) > 1:
             options.append(f"{option} ({' | '.join(values)})")
     if not options:
@@ -107,12 +115,14 @@ def registry_of(entry_ref: str) -> Registry:
 
 def resolve_published(path: Path, filters: dict[str, str | None], client_for: Callable[[Registry], RegistryClient],
                       warn: Warn) -> Resolved:
+    filters = with_variant(filters)
     candidate = choose(from_published(path, filters), filters, str(path))
     return verify(candidate, client_for(registry_of(candidate.ref)), warn)
 
 
 def resolve_registry(flavours: list[Target], client: RegistryClient, filters: dict[str, str | None]) -> Resolved:
     client.check_reachable()
+    filters = with_variant(filters)
     candidate = choose(from_registry(flavours, client, filters), filters, client.registry.name)
     return Resolved(candidate.ref, candidate.tag, verified=True)
 

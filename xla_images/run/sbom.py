@@ -318,7 +318,7 @@ def image_sbom(plan: Plan, flavour: Target | None, image: str, subject: Subject,
     lock = None
     if flavour is not None and plan.lock_path(flavour).is_file():
         lock = lockfile.read_lock(plan.lock_path(flavour))
-    constraints = plan.rendered[flavour.tag].get(CONSTRAINTS_NAME) if flavour is not None else None
+    constraints = plan.files(flavour).get(CONSTRAINTS_NAME) if flavour is not None else None
     made = generate(image, subject, lock, flavour_tag=flavour.tag if flavour else None, constraints=constraints)
     for line in made.notes:
         say(f"note: {line}")

@@ -14,16 +14,22 @@ from typing import Any, Iterator
 import pytest
 import testinfra
 
-from xla_images import abi
+from xla_images import abi, resources
 from xla_images.abi.standalone import write_zipapp
 from xla_images.model.target import Target
 from xla_images.model.lockfile import constraints_digest
 from xla_images.names import (CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_SHA256_LABEL, FLAVOUR_ID_LABEL,
-                              IMAGE_CONSTRAINTS, LABEL_PREFIX)
+                              IMAGE_CONSTRAINTS, LABEL_PREFIX, local_ref)
 from xla_images.run import checks, engine, nightly_check, smoke_runner
 from xla_images.run.checks import CheckTarget, LayerScan
 
 COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "ld")
+# What a devel image must have on PATH, and how many layers it may add to its runtime image's (the template's
+# devel stage makes two: the apt packages, then setuptools and wheel).
+DEVEL_TOOLS = ("g++", "ninja")
+MAX_DEVEL_LAYERS = 3
+# Where the example extension is copied, built and installed, in the devel and the runtime container.
+EXTENSION_DIR = "/tmp/xla-images-extension"
 PACKAGES = ("torch", "torch_xla", "libtpu")
 # Where the standalone ABI tool (xla_images.abi as one zipapp) is copied to run inside the image.
 TOOLS_DIR = "/tmp/xla-images-checks"
@@ -191,13 +197,76 @@ def test_xla_images_check_passes(as_json: bool, flavour: Target, host: testinfra
     assert result.rc == 0, f"{CHECK_TOOL} exited {result.rc}: {result.stdout.strip()[-1500:]} {result.stderr[-800:]}"
     if as_json:
         report = json.loads(result.stdout)
-        assert report["ok"] and report["tag"] == flavour.tag, report
+        # The tag the constraints file names: a devel image keeps its runtime flavour's pins, and says so.
+        assert report["ok"] and report["tag"] == flavour.runtime_tag, report
         assert report["packages"]["torch"]["installed"] == flavour.pinned_versions["torch"], report["packages"]
 
 
-def test_no_compiler(host: testinfra.host.Host) -> None:
+def test_no_compiler(flavour: Target, host: testinfra.host.Host) -> None:
+    if flavour.is_devel:
+        pytest.skip("a devel image carries the compiler by design (test_devel_toolchain)")
     found = {name: host.check_output(f"command -v {name}") for name in COMPILERS if host.exists(name)}
     assert not found, f"compiler toolchain in the runtime image: {found}"
+
+
+# --- devel images: the toolchain, the runtime's layers, an extension built here runs there -------------------
+
+@pytest.fixture(scope="session")
+def runtime_attrs(flavour: Target) -> dict[str, Any]:
+    """The runtime image a devel image was built FROM (`xla-images:<runtime tag>`), which must be built too."""
+    if not flavour.is_devel:
+        pytest.skip("a runtime image")
+    attrs = engine.images.image_inspect(local_ref(flavour.runtime_tag))
+    if attrs is None:
+        pytest.fail(f"{local_ref(flavour.runtime_tag)} is not built: a devel image is tested with its runtime image "
+                    f"(`build.py build {flavour.runtime_tag}`)")
+    return attrs
+
+
+def test_devel_toolchain(flavour: Target, host: testinfra.host.Host) -> None:
+    """g++, ninja and the python's headers are there: what torch.utils.cpp_extension builds with."""
+    if not flavour.is_devel:
+        pytest.skip("a runtime image")
+    missing = [tool for tool in DEVEL_TOOLS if not host.exists(tool)]
+    assert not missing, f"not on PATH in the devel image: {missing}"
+    headers = _python(host, "import os, sysconfig; print(os.path.isfile(os.path.join("
+                            "sysconfig.get_paths()['include'], 'Python.h')))")
+    assert headers == "True", "the python headers (Python.h) are missing from the devel image"
+
+
+def test_devel_keeps_runtime_layers(flavour: Target, image_attrs: dict[str, Any],
+                                    runtime_attrs: dict[str, Any]) -> None:
+    """The devel image is the runtime image's layers, unchanged and in order, and a few of its own on top."""
+    runtime = list(runtime_attrs["RootFS"]["Layers"])
+    devel = list(image_attrs["RootFS"]["Layers"])
+    assert devel[:len(runtime)] == runtime, (
+        f"{flavour.tag}'s first {len(runtime)} layers are not {flavour.runtime_tag}'s: rebuild both from the same "
+        "inputs (`build.py build` of both tags)")
+    assert 0 < len(devel) - len(runtime) <= MAX_DEVEL_LAYERS, f"{len(devel) - len(runtime)} devel layers"
+
+
+def test_devel_extension_runs_in_runtime(flavour: Target, host: testinfra.host.Host, container: str,
+                                         runtime_attrs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory,
+                                         target: CheckTarget) -> None:
+    """examples/extension (a pybind11 function and a TORCH_LIBRARY op) builds with a plain `pip wheel .` here,
+    and its wheel installs into the runtime image and runs there on the XLA device."""
+    engine.containers.put_into_container(container, EXTENSION_DIR, {"src": resources.extension_example_dir()})
+    built = host.run(f"cd {EXTENSION_DIR}/src && pip wheel --no-deps -w {EXTENSION_DIR}/dist .")
+    assert built.rc == 0, f"`pip wheel .` of the example failed (exit {built.rc}): {built.stderr.strip()[-1500:]}"
+    wheels = engine.containers.copy_from_container(container, f"{EXTENSION_DIR}/dist",
+                                                   tmp_path_factory.mktemp("extension-wheel"))
+    wheel = next(iter(sorted(wheels.glob("*.whl"))), None)
+    assert wheel is not None, f"`pip wheel .` left no wheel: {built.stdout.strip()[-800:]}"
+    options = smoke_runner.run_options(flavour, target.tpu)
+    with engine.containers.running_container(str(runtime_attrs["Id"]), ["sleep", "infinity"], role="checks",
+                                             options=options) as runtime_container:
+        engine.containers.put_into_container(runtime_container, EXTENSION_DIR, {wheel.name: wheel})
+        runtime = testinfra.get_host(f"docker://{runtime_container}")
+        installed = runtime.run(f"pip install --no-deps --no-index {EXTENSION_DIR}/{wheel.name}")
+        assert installed.rc == 0, f"the wheel does not install into {flavour.runtime_tag}: {installed.stderr[-800:]}"
+        ran = runtime.run("python -m xla_ext.check")
+        assert ran.rc == 0, (f"the extension built in {flavour.tag} fails in {flavour.runtime_tag} (exit {ran.rc}): "
+                             f"{(ran.stdout + ran.stderr).strip()[-1500:]}")
 
 
 # --- nothing from the build, nothing secret --------------------------------------------------------------
