@@ -113,7 +113,8 @@ def test_zizmor_flags_what_we_avoid(written: Path) -> None:
     text = path.read_text()
     text = text.replace(cigen._action_refs()["checkout"], "actions/checkout@v4", 1)
     text = text.replace("        with:\n          persist-credentials: false\n", "", 1)
-    text = text.replace('run: ./build.py build "$TAG"', "run: ./build.py build ${{ github.event.head_commit.message }}")
+    text = text.replace('run: ./build.py build "$TAG" "${TAG}_devel"',
+                        "run: ./build.py build ${{ github.event.head_commit.message }}")
     path.write_text(text)
     idents = {finding["ident"] for finding in zizmor(path)}
     assert {"unpinned-uses", "artipacked", "template-injection"} <= idents
@@ -205,10 +206,12 @@ def test_build_workflow_shape(files: dict[Path, str]) -> None:
     assert image["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.matrix.outputs.include) }}"}
     commands = [entry.get("run", "") for entry in image["steps"]]
     assert 'python -m pip install -e .' in commands  # the image checks need no test extra
-    assert './build.py build "$TAG"' in commands
-    assert './build.py test "$TAG"' in commands
+    # Each job builds, tests and pushes the flavour and its devel image (which shares the runtime's layers).
+    assert './build.py build "$TAG" "${TAG}_devel"' in commands
+    assert './build.py test "$TAG" "${TAG}_devel"' in commands
     push = step(workflow, "image", name="Push")
-    assert push["run"] == './build.py push --registry "$XLA_IMAGES_REGISTRY" --published published.json "$TAG"'
+    assert push["run"] == ('./build.py push --registry "$XLA_IMAGES_REGISTRY" --published published.json "$TAG" '
+                           '"${TAG}_devel"')
     # The secrets reach only `docker login`, whose docker config the engine, cosign and build.py all read.
     assert push["env"] == {"XLA_IMAGES_REGISTRY": "${{ vars.XLA_IMAGES_REGISTRY }}"}
     names = [entry.get("name") for entry in image["steps"]]

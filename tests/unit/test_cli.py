@@ -41,6 +41,18 @@ def test_list_filters() -> None:
     assert newest.tag in [f["tag"] for f in chosen]
 
 
+def test_list_variant_devel_gives_the_devel_images_and_runtime_is_the_default() -> None:
+    runtime = json.loads(run("list", "--json", "--torch-xla", "2.9", "--python", "3.11").stdout)
+    devel = json.loads(run("list", "--json", "--torch-xla", "2.9", "--python", "3.11", "--variant", "devel").stdout)
+    both = json.loads(run("list", "--json", "--torch-xla", "2.9", "--python", "3.11", "--variant", "all").stdout)
+    assert runtime and all("variant" not in f for f in runtime)
+    assert [f["tag"] for f in devel] == [f["tag"] + "_devel" for f in runtime]
+    assert all(f["variant"] == "devel" and f["labels"]["io.xla-images.variant"] == "devel" for f in devel)
+    assert [f["runtime_tag"] for f in devel] == [f["tag"] for f in runtime]
+    assert [f["tag"] for f in both] == [tag for f in runtime for tag in (f["tag"], f["tag"] + "_devel")]
+    assert len({f["id"] for f in both}) == len(both)
+
+
 def test_ids_are_stable_across_runs() -> None:
     first = json.loads(run("list", "--json").stdout)
     second = json.loads(run("list", "--json").stdout)

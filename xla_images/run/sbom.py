@@ -304,8 +304,8 @@ def write(sbom: Sbom, path: Path) -> Path:
 
 
 def flavour_of(plan: Plan, name: str) -> Target | None:
-    """The plan's flavour named by a tag or alias, else None."""
-    for flavour in plan.flavours:
+    """The plan's image (a runtime or a devel one) named by a tag or alias, else None."""
+    for flavour in plan.every_image:
         if name in flavour.tags:
             return flavour
     return None
