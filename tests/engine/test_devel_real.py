@@ -142,7 +142,11 @@ def buildkit(context: Path, args: dict[str, str], *, target: str | None = None) 
     secrets = {"ca.crt": ca_bundle()}
     started = time.monotonic()
     try:
-        image = engine.buildkit.BuildKitBuild(context, args, target=target, secrets=secrets).run(lines.append)
+        # Into the containerd store as `build` does (an untagged `--load` there leaves no image to run).
+        export = load_plan(REPO / "matrix.yaml").site.compression \
+            if engine.connection.image_store() == "containerd" else None
+        image = engine.buildkit.BuildKitBuild(context, args, target=target, secrets=secrets,
+                                              export=export).run(lines.append)
     except Failure as error:
         lines.append(error.message)
         image = None

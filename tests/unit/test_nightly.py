@@ -46,6 +46,10 @@ def test_nightly_tags_follow_upstream_and_are_computed_by_the_flavour() -> None:
     assert pinned.requirements == tpu.requirements
     assert pinned.requirements[:2] == ("torch>=2.10.0.dev0,<2.10.0a0", "torch_xla>=2.10.0.dev0,<2.10.0a0")
     assert cpu.libtpu is None
+    # A night's devel image: the moving and the dated tag, each once with `_devel` (prune's devel series).
+    assert pinned.devel.tags == ("nightly_3.11_tpuvm_devel", "nightly_3.11_tpuvm_20261203_devel")
+    assert pinned.devel.with_nightly(torch="2.10.0.dev20261204+cpu", torch_xla="2.10.0.dev20261204").tags == (
+        "nightly_3.11_tpuvm_devel", "nightly_3.11_tpuvm_20261204_devel")
     # Releases keep their tags; `latest` stays with the newest release, never a nightly.
     assert "latest" in by_tag["r2.9.0_3.11_tpuvm"].aliases and "latest_cpu" in by_tag["r2.9.0_3.11_cpu"].aliases
     assert "channel" not in by_tag["r2.9.0_3.11_cpu"].to_json()  # release ids do not change

@@ -51,6 +51,19 @@ def test_keep_zero_and_age_zero_deletes_every_dated_tag_but_not_others() -> None
     assert plan.deleted_tags == ["nightly_3.11_cpu_20261202"]  # 20261399 is no date: not ours to judge
 
 
+def test_devel_nightlies_are_their_own_series_kept_and_pruned_like_the_runtime_ones() -> None:
+    """A night's devel image is tagged `nightly_<...>_<date>_devel`: the same keep/age rules, in a series of its own
+    (the runtime's newest night does not keep an old devel night, nor the other way round)."""
+    tags = {f"nightly_3.11_cpu_2026110{day}{suffix}": digest(day + (10 if suffix else 0))
+            for day in range(1, 5) for suffix in ("", "_devel")}
+    tags |= {"nightly_3.11_cpu_devel": digest(14), "r2.9.0_3.11_cpu_devel": digest(100)}
+    plan = prune.plan_prune(tags, keep=2, older_than_days=0, protected={}, today=TODAY)
+    assert plan.deleted_tags == sorted(f"nightly_3.11_cpu_2026110{day}{suffix}" for day in (1, 2)
+                                       for suffix in ("", "_devel"))
+    assert prune.dated_nightly("nightly_3.11_cpu_20261101_devel") == ("nightly_3.11_cpu_devel",
+                                                                       datetime.date(2026, 11, 1))
+
+
 def test_negative_options_are_config_errors() -> None:
     with pytest.raises(ConfigError):
         prune.plan_prune({}, keep=-1, older_than_days=1, protected={}, today=TODAY)

@@ -273,7 +273,7 @@ class Flavour:
         import dataclasses
 
         pinned = dataclasses.replace(self, torch=torch, torch_xla=torch_xla)
-        return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag) + self.variant.tag_suffix,))
+        return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag),))
 
     @property
     def tags(self) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Retention: delete old nightly images over the registry API, then collect the garbage of a registry we run.
 
-What may go: the **dated nightly tags** (`nightly_<py>_<accel>[_<abi>]_<YYYYMMDD>`), per series (the same tag
+What may go: the **dated nightly tags** (`nightly_<py>_<accel>[_<abi>]_<YYYYMMDD>[_devel]`), per series (the same tag
 without the date). In each series the `--keep N` newest always stay; of the rest, those older than
 `--older-than DAYS` (by the date in the tag, against today in UTC) go. Nothing else is ever a candidate:
 release tags, moving `nightly_*` tags and aliases stay.
@@ -30,12 +30,16 @@ import yaml
 
 from .. import resources, userfiles
 from ..errors import ConfigError, Failure, Location
+from ..model.flavour import Variant
 from ..model.registry import Registry, is_loopback
 from ..names import DEFAULT_STATE, REGISTRY_CONFIG, REGISTRY_PID_FILE, REGISTRY_STATE_DIR, STATE_ENV
 from .publish import read_published
 from .registry import RegistryClient
 
-DATED_NIGHTLY = re.compile(r"^(?P<series>nightly_.+)_(?P<date>\d{8})$")
+# A devel image's dated tag carries the variant after the date (`nightly_3.11_cpu_20261203_devel`): its series is
+# the devel one (`nightly_3.11_cpu_devel`), kept and pruned like the runtime's.
+DEVEL_SUFFIX = Variant.DEVEL.tag_suffix
+DATED_NIGHTLY = re.compile(r"^(?P<series>nightly_.+)_(?P<date>\d{8})(?P<variant>" + re.escape(DEVEL_SUFFIX) + ")?$")
 PROTECT_TAG_PREFIX = "protected-"
 DIGEST_IN_TEXT = re.compile(r"(?:^|@)(sha256:[0-9a-f]{64})$")
 # cosign keeps an image's signature, attestations and attached SBOM under tags named after its digest.
@@ -110,12 +114,14 @@ class PrunePlan:
 
 
 def dated_nightly(tag: str) -> tuple[str, datetime.date] | None:
-    """`nightly_3.11_cpu_20261203` -> (`nightly_3.11_cpu`, 2026-12-03); None for any other tag."""
+    """`nightly_3.11_cpu_20261203` -> (`nightly_3.11_cpu`, 2026-12-03), `nightly_3.11_cpu_20261203_devel` ->
+    (`nightly_3.11_cpu_devel`, 2026-12-03); None for any other tag."""
     match = DATED_NIGHTLY.match(tag)
     if not match:
         return None
     try:
-        return match.group("series"), datetime.datetime.strptime(match.group("date"), "%Y%m%d").date()
+        series = match.group("series") + (match.group("variant") or "")
+        return series, datetime.datetime.strptime(match.group("date"), "%Y%m%d").date()
     except ValueError:
         return None  # `nightly_x_20261399` is not a date: not ours to judge
 
