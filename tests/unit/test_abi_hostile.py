@@ -490,6 +490,20 @@ def test_directory_link_out_of_the_tree_is_not_followed(seeds: Path, tmp_path: P
     assert completed.returncode == 0 and "libfar.so" not in completed.stdout, completed.stdout + completed.stderr
 
 
+def test_a_link_into_a_tree_the_caller_vouches_for_is_followed(seeds: Path, tmp_path: Path) -> None:
+    """The image's layout links site-packages entries into /opt/xla-images/any: the in-image check names that tree
+    (also_inside), and an extension living there is judged instead of listed as not read."""
+    image_tree = tmp_path / "opt-xla-images"
+    (image_tree / "pkg").mkdir(parents=True)
+    site = site_with(tmp_path / "site", seeds)
+    (site / EXTENSION).rename(image_tree / "pkg" / EXTENSION)
+    (site / "pkg").symlink_to(image_tree / "pkg")
+    alone = abi.check_site_packages(site)
+    assert not alone.extensions and "pkg -> " in alone.summary
+    vouched = abi.check_site_packages(site, also_inside=(image_tree,))
+    assert [item.path for item in vouched.extensions] == [f"pkg/{EXTENSION}"] and "not read" not in vouched.summary
+
+
 def test_torch_behind_a_link_out_of_the_tree_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:
     real = site_with(tmp_path / "real", seeds)
     site = tmp_path / "site"
