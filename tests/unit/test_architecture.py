@@ -81,9 +81,9 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     result = lint_imports(tmp_path, tmp_path, tmp_path / "smoke", config=tmp_path / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
-    for broken in ("xla_images.model.flavour -> xla_images.run.build", "xla_images.cli.common -> docker",
-                   "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names",
-                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.build",
+    for broken in ("xla_images.model.flavour -> xla_images.run.building.build", "xla_images.cli.common -> docker",
+                   "xla_images.run.engine -> xla_images.run.shipping.publish", "xla_smoke -> xla_images.names",
+                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.building.build",
                    "xla_images.cli.test -> xla_images.cli.sbom", "xla_images.imagecheck.check -> xla_images.names"):
         assert broken in result.stdout, result.stdout
     assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
@@ -127,7 +127,7 @@ def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:
 
 
 def test_the_registry_state_layout_is_the_one_ci_registry_sh_writes() -> None:
-    """run.prune finds the registries ci/registry.sh runs by their state files: bash and names.py must agree."""
+    """run.shipping.prune finds the registries ci/registry.sh runs by their state files: bash and names.py must agree."""
     script = (ROOT / "ci" / "registry.sh").read_text(encoding="utf-8")
     assert f'STATE_DIR="${{{names.STATE_ENV}:-{names.DEFAULT_STATE}}}"' in script
     assert f'DIR="$STATE_DIR/{names.REGISTRY_STATE_DIR}/$PORT"' in script

@@ -23,7 +23,7 @@ from xla_images.errors import ConfigError
 from xla_images.generate import cigen, sync
 from xla_images.generate.plan import BUILD_SCRIPTS, Plan, load_plan
 from xla_images.model.flavour import Flavour
-from xla_images.run import bake as baking, context as build_context
+from xla_images.run.building import bake as baking, context as build_context
 
 ROOT = Path(__file__).resolve().parents[2]
 # What bake accepts as a target or group name (buildx bake/bake.go: validTargetNameChars).

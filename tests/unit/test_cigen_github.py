@@ -22,7 +22,7 @@ import yaml
 
 from xla_images.generate import cigen, sync
 from xla_images.generate.plan import Plan, load_plan
-from xla_images.run import publish
+from xla_images.run.shipping import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

@@ -1,5 +1,5 @@
 """The nightly channel's pure logic: nightly tags and validation, the lock naming the night, the version gate
-(run.nightly_check), and `lock` picking the newest night."""
+(run.checking.nightly_check), and `lock` picking the newest night."""
 from __future__ import annotations
 
 import textwrap
@@ -13,7 +13,8 @@ from xla_images.generate import sync
 from xla_images.model import lockfile, nightly
 from xla_images.model.flavour import Abi, dev_base, dev_date, nightly_specifier
 from xla_images.model.site import load_site
-from xla_images.run import nightly_check, wheels
+from xla_images.run.checking import nightly_check
+from xla_images.run.packages import lock as wheels
 
 from lifecycle_data import NIGHTLY, NIGHTLY_SOURCE, flavours
 

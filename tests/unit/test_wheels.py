@@ -17,7 +17,8 @@ from xla_images.generate import lock_policy, sync
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.site import WheelSource
-from xla_images.run import context, wheels
+from xla_images.run.building import context
+from xla_images.run.packages import lock as wheels
 
 MATRIX = """\
 schema: 1

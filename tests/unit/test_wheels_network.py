@@ -16,7 +16,7 @@ from xla_images import names
 from xla_images.generate import lock_policy
 from xla_images.generate.plan import load_plan
 from xla_images.model import lockfile
-from xla_images.run import wheels
+from xla_images.run.packages import lock as wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 

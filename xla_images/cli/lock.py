@@ -1,4 +1,4 @@
-"""`lock`: resolve each flavour's wheels and write Dockerfiles/<tag>/requirements.lock (run.wheels)."""
+"""`lock`: resolve each flavour's wheels and write Dockerfiles/<tag>/requirements.lock (run.packages.lock)."""
 from __future__ import annotations
 
 import time
@@ -8,7 +8,7 @@ import click
 from ..errors import Failure
 from ..generate import sync
 from ..generate.plan import Plan
-from ..run import layout, wheels as wheels_module
+from ..run.packages import layout, lock as wheels_module
 from .common import flavour_filters, plan_options, select
 
 

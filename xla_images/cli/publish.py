@@ -12,7 +12,8 @@ from ..errors import ConfigError
 from ..generate.plan import Plan
 from ..model.registry import Mirror, Registry
 from ..names import PUBLISHED_NAME
-from ..run import engine, mirror as mirroring, publish, registry as registries, resolve as resolving, sign as signing
+from ..run import engine, registry as registries
+from ..run.shipping import mirror as mirroring, publish, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, published_option, say, select
 
 

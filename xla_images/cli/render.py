@@ -6,7 +6,8 @@ import click
 from ..errors import Failure
 from ..generate import sync
 from ..generate.plan import Plan
-from ..run import layout, lint as lint_module
+from ..run.packages import layout
+from ..run.checking import lint as lint_module
 from .common import plan_options
 
 

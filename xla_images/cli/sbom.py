@@ -8,7 +8,8 @@ import click
 from ..errors import ConfigError
 from ..generate.plan import Plan
 from ..names import TAG_LABEL, local_ref
-from ..run import engine, sbom as sboms
+from ..run import engine
+from ..run.checking import sbom as sboms
 from .common import plan_options, say
 
 

@@ -1,5 +1,5 @@
 """Which inputs a flavour's requirements.lock may be resolved from: the one policy `lock` follows when it resolves
-(run.wheels) and `render --check` follows when it judges a committed lock fresh (generate.sync).
+(run.packages.lock) and `render --check` follows when it judges a committed lock fresh (generate.sync).
 
 A release family (one torch_xla, ABI and wheel source) is locked python by python, the lowest (the anchor) first.
 A flavour is resolved together with the flavours that differ from it only by accelerator (its group), and, off the

@@ -6,7 +6,7 @@ Every file xla-images generates goes through here, whichever command made it:
   files (ci/github/*.yml, docker-bake.json), schemas/*.schema.json and docs/rules.md. `write` writes those
   that differ and removes orphans; `check` reports each as missing, stale or orphan. `ci github|bake
   [--check]` use the same `write_files`/`drift` on their part of the set.
-* resolved, not rendered: Dockerfiles/<tag>/requirements.lock. `lock` (run.wheels) writes it with
+* resolved, not rendered: Dockerfiles/<tag>/requirements.lock. `lock` (run.packages.lock) writes it with
   `write_if_changed`; its freshness is its `# inputs:` header against what the plan asks now (`lock_status`),
   so `check` needs no network.
 

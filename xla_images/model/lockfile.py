@@ -4,7 +4,7 @@ A lock pins a target's FULL wheel closure, one `name==version --hash=sha256:... 
 sorted, so an image build installs with `--require-hashes` and gets exactly the files that were resolved. Its
 header records `# inputs: sha256:<hash>` of what it was resolved from (`lock_inputs`: requirements, the group
 union, python, platforms and the wheel source), so a stale lock is found without the network. Locks are
-resolved by run.wheels (pip) and checked by generate.sync; a nightly's lock is also the one record of which
+resolved by run.packages.lock (pip) and checked by generate.sync; a nightly's lock is also the one record of which
 night it installs (model.nightly).
 """
 from __future__ import annotations
