@@ -182,3 +182,16 @@ def test_no_product_function_is_only_pass() -> None:
                 if len(body) == 1 and isinstance(body[0], ast.Pass):
                     empty.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not empty, empty
+
+
+def test_no_product_function_is_over_60_lines() -> None:
+    """The house rule (functions <= 60 lines, from `def` to the end, docstring included): a longer one does several jobs
+    (run.packages.lock.lock did, with three nested closures, until its steps became _Locking's methods)."""
+    long = []
+    for path in sorted((ROOT / "xla_images").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    assert not long, long

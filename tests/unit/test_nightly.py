@@ -9,7 +9,6 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from xla_images.errors import ConfigError, ErrorList, Failure
-from xla_images.generate import sync
 from xla_images.model import lockfile, nightly
 from xla_images.model.flavour import Abi, dev_base, dev_date, nightly_specifier
 from xla_images.model.site import load_site
@@ -223,7 +222,7 @@ def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Pa
     assert pinned.tags == ("nightly_3.11_cpu", "nightly_3.11_cpu_20261201")
     assert pinned.pinned_versions == {"torch": f"{base}.dev20261201", "torch_xla": f"{base}.dev20261201"}
     replanned = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml")
-    assert sync.lock_status(replanned, pinned).state is sync.LockState.FRESH
+    assert lockfile.lock_status(replanned, pinned).state is lockfile.LockState.FRESH
 
 
 def test_a_pinned_nightly_renders_its_night_into_the_dockerfile() -> None:

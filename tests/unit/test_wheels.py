@@ -13,7 +13,7 @@ import pytest
 
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.generate import lock_policy, sync
+from xla_images.generate import sync
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.site import WheelSource
@@ -208,7 +208,7 @@ def test_closure_evaluates_markers_for_the_target(python: str, has: set[str], la
     older = {("filelock", "3.0.0"), ("torch", "2.8.0"), ("torch_xla", "2.8.1")}
     latest = [spec for spec in INDEX_WHEELS if (spec[0], spec[1]) not in older]
     result = wheels.closure(report_items(latest), ["torch==2.9.0", "torch_xla==2.9.0"],
-                            wheels.target_environment(python))
+                            lockfile.target_environment(python))
     assert result.missing == [] and result.conflicts == []
     assert has <= set(result.names) and not lacks & set(result.names)
     assert {"pysocks", "requests", "absl-py", "mpmath"} <= set(result.names)  # extras followed
@@ -218,7 +218,7 @@ def test_closure_evaluates_markers_for_the_target(python: str, has: set[str], la
 def test_closure_reports_missing_and_conflicting_pins() -> None:
     items = report_items([("torch", "2.9.0", ['setuptools; python_version >= "3.12"', "sympy>=1.13"]),
                           ("sympy", "1.12.0", [])])
-    result = wheels.closure(items, ["torch==2.9.0"], wheels.target_environment("3.12"))
+    result = wheels.closure(items, ["torch==2.9.0"], lockfile.target_environment("3.12"))
     assert result.missing == ["setuptools"]
     assert result.conflicts == ["torch 2.9.0 needs sympy>=1.13, resolved sympy 1.12.0"]
 
@@ -254,7 +254,7 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
         for entry in lockfile.read_lock(plan.root / "Dockerfiles" / tag / names.LOCK_NAME).entries:
             assert files[entry.filename] == entry.sha256 and not entry.local
     fresh = load_plan(plan.matrix_path, overrides=project_overrides(index))
-    assert all(sync.lock_status(fresh, f).state is sync.LockState.FRESH for f in fresh.flavours)
+    assert all(lockfile.lock_status(fresh, f).state is lockfile.LockState.FRESH for f in fresh.flavours)
     assert not [finding for finding in sync.check(fresh) if finding.path.endswith(names.LOCK_NAME)]
 
     again = wheels.lock(fresh, [next(f for f in fresh.flavours if f.tag == "r2.9.0_3.11_cpu")])
@@ -282,9 +282,9 @@ def test_a_release_s_pythons_lock_the_same_python_independent_wheels(tmp_path: P
     assert {tag: lock_names(plan, tag)["filelock"] for tag in ("r2.9.0_3.11_cpu", "r2.9.0_3.12_cpu")} == {
         "r2.9.0_3.11_cpu": "3.1.0", "r2.9.0_3.12_cpu": "3.1.0"}
     flavour312 = next(f for f in plan.flavours if f.tag == "r2.9.0_3.12_cpu")
-    assert lock_policy.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
-    assert lock_policy.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
-    assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
+    assert lockfile.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
+    assert lockfile.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
+    assert all(lockfile.lock_status(plan, flavour).state is lockfile.LockState.FRESH for flavour in plan.flavours)
     assert not any("do not resolve here" in message for message in messages)
 
 
@@ -301,7 +301,7 @@ def test_pins_that_do_not_resolve_for_a_newer_python_fall_back_to_a_free_resolut
     assert lock_names(plan, "r2.9.0_3.12_cpu")["filelock"] == "3.1.0"
     assert any("r2.9.0_3.12_cpu" in message and "the python-independent pins of python 3.11 do not resolve here"
                in message for message in messages), messages
-    assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
+    assert all(lockfile.lock_status(plan, flavour).state is lockfile.LockState.FRESH for flavour in plan.flavours)
 
 
 def test_a_changed_anchor_lock_makes_the_other_pythons_stale(tmp_path: Path) -> None:
@@ -310,9 +310,9 @@ def test_a_changed_anchor_lock_makes_the_other_pythons_stale(tmp_path: Path) -> 
     wheels.lock(plan, list(plan.flavours))
     anchor = plan.root / "Dockerfiles" / "r2.9.0_3.11_cpu" / names.LOCK_NAME
     anchor.write_text(anchor.read_text().replace("filelock==3.1.0", "filelock==3.0.9"))
-    states = {flavour.tag: sync.lock_status(plan, flavour).state for flavour in plan.flavours}
-    assert states["r2.9.0_3.12_cpu"] is sync.LockState.STALE
-    assert states["r2.9.0_3.11_tpuvm"] is sync.LockState.FRESH  # the anchor python's own locks do not align
+    states = {flavour.tag: lockfile.lock_status(plan, flavour).state for flavour in plan.flavours}
+    assert states["r2.9.0_3.12_cpu"] is lockfile.LockState.STALE
+    assert states["r2.9.0_3.11_tpuvm"] is lockfile.LockState.FRESH  # the anchor python's own locks do not align
 
 
 def project_overrides(index: Path) -> tuple[str, ...]:
@@ -346,7 +346,7 @@ def test_failures_do_not_stop_the_others_and_siblings_lock_alone(tmp_path: Path,
                                                               "r2.9.0_3.11_tpuvm"]
     assert not (tmp_path / "Dockerfiles" / "r2.7.0_3.11_cpu" / names.LOCK_NAME).exists()
     alone = next(flavour for flavour in plan.flavours if flavour.tag == "r2.8.1_3.11_cpu")
-    assert sync.lock_status(plan, alone).state is sync.LockState.FRESH
+    assert lockfile.lock_status(plan, alone).state is lockfile.LockState.FRESH
     assert set(lock_names(plan, "r2.8.1_3.11_cpu")) == {"torch", "torch-xla", "filelock"}
 
 

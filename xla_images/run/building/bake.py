@@ -16,6 +16,7 @@ from ...generate import cigen
 from ...generate.plan import Plan
 from ...model.target import Target
 from . import build, context
+from ..packages import lock as locks
 from .context import secrets_dir_for
 
 
@@ -32,7 +33,7 @@ def assemble_bake_contexts(plan: Plan, flavours: list[Target], contexts: Path,
     unlocked = []
     for flavour in flavours:
         try:
-            build.check_lock(plan, flavour)
+            locks.require_fresh(plan, flavour)
         except Failure as error:
             unlocked.append(error.message)
     if unlocked:

@@ -35,12 +35,12 @@ from typing import Protocol
 from ... import diskio
 from ...errors import Failure
 from ...generate.plan import Plan
-from ...generate.sync import LockState, lock_status
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.target import Target
 from ...names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
 from . import base as bases, build_mutex
 from .. import engine
+from ..packages import lock as locks
 from .context import context_secrets, prepare_classic_context, write_context
 from .workers import Workers
 
@@ -145,17 +145,6 @@ def choose_base(python: str, site_base: str) -> str:
     raise Failure(f"no base image for python {python}: {site_base} is not here and cannot be pulled "
                   f"({pull_error}), and there is no bootstrapped {bases.base_ref(python)}", rule="base-image",
                   hint=hint)
-
-
-# --- the lock -----------------------------------------------------------------------------------------------
-
-def check_lock(plan: Plan, flavour: Target) -> None:
-    status = lock_status(plan, flavour)
-    if status.state is LockState.FRESH:
-        return
-    what = "has no lock" if status.state is not LockState.STALE else "has a stale lock"
-    raise Failure(f"{flavour.tag} {what}: {status.detail}", location=str(plan.lock_path(flavour)),
-                  rule="lock-fresh", hint=f"run `./build.py lock {flavour.tag}` and commit the lock")
 
 
 # --- one run of `build` -------------------------------------------------------------------------------------
@@ -297,7 +286,7 @@ class _Run:
 
     def _build_and_tag(self, flavour: Target, result: FlavourResult, say) -> str:
         self.reporter.state(flavour, "preparing")
-        check_lock(self.plan, flavour)
+        locks.require_fresh(self.plan, flavour)
         base = self.bases.resolve(flavour)
         result.base_image = base
         say(f"flavour {flavour.tag} id {flavour.id}")

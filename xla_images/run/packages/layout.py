@@ -34,12 +34,11 @@ from ... import diskio, layers, names, userfiles
 from ...cache import cache_dir
 from ...errors import Failure, XlaImagesError
 from ...generate.plan import Plan
-from ...model.lockfile import Lock, LockEntry, read_lock
+from ...model.lockfile import Lock, LockEntry, host_wheel_dirs, read_lock, target_environment
 from ...model.site import Site, WheelSource
 from ...model.target import Target
 from ...model.wheel_index import PUBLIC_INDEX
 from .index import Index, IndexFile
-from .lock import host_wheel_dirs, target_environment
 
 CACHE_VERSION = 1
 # A RECORD or METADATA larger than this is not a wheel's (torch's RECORD is ~2 MB).

@@ -44,12 +44,14 @@ from packaging.version import InvalidVersion, Version
 from ... import diskio
 from ...errors import Failure, XlaImagesError
 from ...generate.plan import Plan
-from ...generate import lock_policy, render
+from ...generate import render
 from ...generate.sync import write_if_changed
-from ...model.lockfile import (PLATFORMS, Lock, LockEntry, anchor_python, format_lock, group_key, lock_inputs,
-                               parse_requirement, read_lock, release_family, unavailable_reason)
+from ...model.lockfile import (PLATFORMS, Lock, LockEntry, LockState, anchor_python, attempts, format_lock, group_key,
+                               host_wheel_dirs, lock_inputs, lock_status, parse_requirement, read_lock, release_family,
+                               target_environment, unavailable_reason)
 from ...model.site import Site, WheelSource
 from ...model.target import Target
+from . import layout
 
 # Rounds of "pip resolves, we add what the target's markers need": one is the norm, two when python differs.
 MAX_ROUNDS = 4
@@ -166,33 +168,9 @@ def source_options(site: Site, source: WheelSource) -> list[str]:
     return options
 
 
-def host_wheel_dirs(site: Site, source: WheelSource) -> list[Path]:
-    """Folders on the host the source takes wheels from directly (not through an index)."""
-    folders = [Path(link) for link in source.find_links if "://" not in link]
-    wheelhouse = site.wheelhouse_path(source)
-    return folders + ([wheelhouse] if wheelhouse is not None else [])
-
-
 def cert_options(site: Site) -> list[str]:
     ca = site.ca_bundle()
     return ["--cert", str(ca)] if ca else []
-
-
-def target_environment(python: str) -> dict[str, str]:
-    """PEP 508 marker values inside an image of this python (CPython on x86_64 Linux)."""
-    return {
-        "implementation_name": "cpython",
-        "implementation_version": f"{python}.0",
-        "os_name": "posix",
-        "platform_machine": "x86_64",
-        "platform_python_implementation": "CPython",
-        "platform_release": "",
-        "platform_system": "Linux",
-        "platform_version": "",
-        "python_full_version": f"{python}.0",
-        "python_version": python,
-        "sys_platform": "linux",
-    }
 
 
 @dataclass
@@ -289,10 +267,11 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
 
     A release family (one torch_xla, ABI and wheel source) is locked python by python, the lowest first; the
     others are resolved with that python's python-independent pins too, falling back to a free resolution where
-    those pins do not resolve (generate.lock_policy: the attempts, in order). A group that fails (say, a pin with no wheel for its python)
-    does not stop the others: every lock that can be made is written, and the failures are reported together.
+    those pins do not resolve (model.lockfile.attempts: the attempts, in order). A group that fails (say, a pin
+    with no wheel for its python) does not stop the others: every lock that can be made is written, and the
+    failures are reported together.
     """
-    resolver = resolver or Resolver(plan.site)
+    locking = _Locking(plan, resolver or Resolver(plan.site), progress)
     skipped, groups = [], {}
     for flavour in flavours:
         reason = unavailable_reason(plan.site, flavour.wheel_source, flavour)
@@ -300,10 +279,33 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
             skipped.append(Skipped(flavour.tag, reason))
         else:
             groups.setdefault(group_key(flavour), []).append(flavour)
+    families: dict[tuple, list[list[Target]]] = {}
+    for members in groups.values():
+        families.setdefault(release_family(members[0]), []).append(members)
+    for members_by_python in families.values():
+        members_by_python.sort(key=lambda members: Version(members[0].python))
+    locked: list[LockResult] = []
+    failed: list[GroupFailure] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for results, failures in pool.map(locking.family, families.values()):
+            locked.extend(results)
+            failed.extend(failures)
+    return LockReport(tuple(locked), tuple(skipped), tuple(failed))
 
-    def resolve_and_write(members: list[Target], roots: Sequence[str], recorded: Sequence[str]) -> list[LockResult]:
+
+@dataclass(frozen=True)
+class _Locking:
+    """One `lock` run: resolve a group's locks the ways model.lockfile.attempts allows, in order, and write them."""
+
+    plan: Plan
+    resolver: Resolver
+    progress: Callable[[str], None]
+
+    def resolve_and_write(self, members: list[Target], roots: Sequence[str],
+                          recorded: Sequence[str]) -> list[LockResult]:
+        plan = self.plan
         started = time.monotonic()
-        entries = resolver.resolve(members, roots)
+        entries = self.resolver.resolve(members, roots)
         seconds = time.monotonic() - started
         written = []
         for flavour in members:
@@ -316,58 +318,73 @@ def lock(plan: Plan, flavours: Sequence[Target], *, jobs: int = 2, resolver: Res
             others = tuple(other.tag for other in members if other is not flavour)
             written.append(LockResult(flavour.tag, plan.lock_path(flavour), len(entries[flavour.tag]), seconds,
                                       changed, others))
-        progress(f"resolved {' + '.join(flavour.tag for flavour in members)} in {seconds:.1f}s")
+        self.progress(f"resolved {' + '.join(flavour.tag for flavour in members)} in {seconds:.1f}s")
         return written
 
-    def run(members: list[Target]) -> tuple[list[LockResult], list[GroupFailure]]:
-        # The anchor python's group ran before this one (run_family): its lock gives the pins (lock_policy).
-        together = [attempt for attempt in lock_policy.attempts(plan, members[0]) if attempt.together]
+    def group(self, members: list[Target]) -> tuple[list[LockResult], list[GroupFailure]]:
+        # The anchor python's group ran before this one (family): its lock gives the pins (model.lockfile).
+        together = [attempt for attempt in attempts(self.plan, members[0]) if attempt.together]
         tags = " + ".join(flavour.tag for flavour in members)
         for number, attempt in enumerate(together):
             try:
-                return resolve_and_write(members, attempt.roots, attempt.recorded), []
+                return self.resolve_and_write(members, attempt.roots, attempt.recorded), []
             except XlaImagesError as error:
                 if number + 1 < len(together):
-                    progress(f"{tags}: the python-independent pins of python "
-                             f"{anchor_python(plan.flavours, members[0])} do not resolve here "
-                             f"({error.message.splitlines()[0]}); resolving without them (torch-any not shared)")
+                    self.progress(f"{tags}: the python-independent pins of python "
+                                  f"{anchor_python(self.plan.flavours, members[0])} do not resolve here "
+                                  f"({error.message.splitlines()[0]}); resolving without them (torch-any not shared)")
                 elif len(members) == 1:
-                    progress(f"FAILED {members[0].tag}")
+                    self.progress(f"FAILED {members[0].tag}")
                     return [], [GroupFailure((members[0].tag,), error)]
         # Together they do not resolve (say, the tpu sibling's libtpu has no wheel for this python): whoever
         # resolves alone still gets a lock, recorded as resolved from its own requirements.
-        progress(f"{tags} do not resolve together; trying each alone")
+        self.progress(f"{tags} do not resolve together; trying each alone")
+        return self.each_alone(members)
+
+    def each_alone(self, members: list[Target]) -> tuple[list[LockResult], list[GroupFailure]]:
         results, failures = [], []
         for flavour in members:
-            alone = lock_policy.attempts(plan, flavour)[-1]
+            alone = attempts(self.plan, flavour)[-1]
             try:
-                results += resolve_and_write([flavour], alone.roots, alone.recorded)
+                results += self.resolve_and_write([flavour], alone.roots, alone.recorded)
             except XlaImagesError as error:
-                progress(f"FAILED {flavour.tag}")
+                self.progress(f"FAILED {flavour.tag}")
                 failures.append(GroupFailure((flavour.tag,), error))
         return results, failures
 
-    def run_family(members_by_python: list[list[Target]]) -> tuple[list[LockResult], list[GroupFailure]]:
+    def family(self, members_by_python: list[list[Target]]) -> tuple[list[LockResult], list[GroupFailure]]:
         # The anchor (lowest) python first: the others are resolved with the pins its lock has then.
         results, failures = [], []
         for members in members_by_python:
-            more_results, more_failures = run(members)
+            more_results, more_failures = self.group(members)
             results += more_results
             failures += more_failures
         return results, failures
 
-    families: dict[tuple, list[list[Target]]] = {}
-    for members in groups.values():
-        families.setdefault(release_family(members[0]), []).append(members)
-    for members_by_python in families.values():
-        members_by_python.sort(key=lambda members: Version(members[0].python))
-    locked: list[LockResult] = []
-    failed: list[GroupFailure] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for results, failures in pool.map(run_family, families.values()):
-            locked.extend(results)
-            failed.extend(failures)
-    return LockReport(tuple(locked), tuple(skipped), tuple(failed))
+
+# --- checking locks: fresh (no network) and their layer layouts ---------------------------------------------
+
+def stale(plan: Plan, flavours: Iterable[Target]) -> list[Target]:
+    """The flavours whose committed lock is missing, stale or cannot be made here (`lock --stale-only`)."""
+    return [flavour for flavour in flavours if lock_status(plan, flavour).state is not LockState.FRESH]
+
+
+def require_fresh(plan: Plan, flavour: Target) -> None:
+    """`build`'s check: the committed lock is the one the matrix and site ask for now, else rule lock-fresh."""
+    status = lock_status(plan, flavour)
+    if status.state is LockState.FRESH:
+        return
+    what = "has no lock" if status.state is not LockState.STALE else "has a stale lock"
+    raise Failure(f"{flavour.tag} {what}: {status.detail}", location=str(plan.lock_path(flavour)),
+                  rule="lock-fresh", hint=f"run `./build.py lock {flavour.tag}` and commit the lock")
+
+
+def check_layouts(plan: Plan, flavours: Iterable[Target], *, offline: bool = False,
+                  progress: Callable[[str], None] = lambda message: None) -> list[layout.LayoutResult]:
+    """Every lock's layer layout (run.packages.layout), checked before any engine work; an error if one fails."""
+    results = layout.check_locks(plan, flavours, offline=offline, progress=progress)
+    layout.require_clean(results)
+    return results
 
 
 # --- the host wheelhouse ------------------------------------------------------------------------------------
