@@ -29,12 +29,12 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from ... import diskio
-from ...errors import Failure
+from ...errors import ConfigError, Failure
 from ...generate.plan import Plan
 from ...model import lockfile
 from ...model.lockfile import Lock
 from ...model.target import Target
-from ...names import CONSTRAINTS_NAME, DISTRIBUTION, IMAGE_CONSTRAINTS, VENV
+from ...names import CONSTRAINTS_NAME, DISTRIBUTION, IMAGE_CONSTRAINTS, TAG_LABEL, VENV, local_ref
 from .. import engine
 
 SBOM_NAME = "sbom.cdx.json"
@@ -368,3 +368,21 @@ def _tool_version() -> str:
         return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0"
+
+
+def sbom_command(plan: Plan, name: str, output: Path | None, say: Callable[[str], None]) -> tuple[Sbom, Subject]:
+    """`build.py sbom NAME`: the SBOM of a flavour's local image (a tag or alias) or of any image reference,
+    with the lock of the flavour the image's tag label names; written to `output` when one is given."""
+    flavour = flavour_of(plan, name)
+    image = local_ref(flavour.tag) if flavour is not None else name
+    if flavour is None and not any(ch in name for ch in ":/@"):
+        raise ConfigError(f"{name!r} is neither a flavour of the matrix nor an image reference",
+                          rule="flavour-exists", hint="`build.py list` shows the tags; images look like REPO:TAG")
+    subject = local_subject(image)
+    if flavour is None:
+        labelled = (engine.images.image_labels(image) or {}).get(TAG_LABEL)
+        flavour = flavour_of(plan, labelled) if labelled else None
+    made = image_sbom(plan, flavour, image, subject, say)
+    if output is not None:
+        write(made, output)
+    return made, subject
