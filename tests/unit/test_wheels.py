@@ -18,7 +18,7 @@ from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.site import WheelSource
 from xla_images.run.building import context
-from xla_images.run.packages import lock as wheels
+from xla_images.run.packages import lock as wheels, wheelhouse as hostwheels
 
 MATRIX = """\
 schema: 1
@@ -379,17 +379,17 @@ def test_fetch_downloads_each_wheel_once_and_verifies(tmp_path: Path, index: Pat
     wheels.lock(plan, list(plan.flavours))
     plan = load_plan(plan.matrix_path, overrides=project_overrides(index))
     house = tmp_path / "house"
-    result = wheels.fetch(plan, list(plan.flavours), house)
+    result = hostwheels.fetch(plan, list(plan.flavours), house)
     every = {entry.filename: entry.sha256 for flavour in plan.flavours
              for entry in lockfile.read_lock(plan.lock_path(flavour)).entries}
     assert sorted(result.downloaded) == sorted(every)  # shared wheels once
     assert {path.name: sha256(path) for path in house.iterdir()} == every
-    again = wheels.fetch(plan, list(plan.flavours), house)
+    again = hostwheels.fetch(plan, list(plan.flavours), house)
     assert again.downloaded == () and again.present == sum(
         len(lockfile.read_lock(plan.lock_path(flavour)).entries) for flavour in plan.flavours)
     corrupt = house / "torch-2.9.0-py3-none-any.whl"
     corrupt.write_bytes(b"not the locked file")
-    repaired = wheels.fetch(plan, list(plan.flavours), house)
+    repaired = hostwheels.fetch(plan, list(plan.flavours), house)
     assert repaired.downloaded == ("torch-2.9.0-py3-none-any.whl",)
     assert sha256(corrupt) == every[corrupt.name]
 
@@ -411,11 +411,11 @@ def test_wheels_for_finds_locked_files_and_insists_on_local_ones(tmp_path: Path,
         lockfile.LockEntry("b", "1.0", "0" * 64, "b-1.0-py3-none-any.whl"),
         lockfile.LockEntry("c", "1.0", "0" * 64, "c-1.0-py3-none-any.whl"),
     ))
-    found = wheels.wheels_for(flavour, lock, [first, second])
+    found = hostwheels.wheels_for(flavour, lock, [first, second])
     assert found == [first / "a-1.0-py3-none-any.whl", second / "b-1.0-py3-none-any.whl"]
     local = lockfile.Lock(lock.inputs, (*lock.entries, lockfile.LockEntry("d", "1.0", "0" * 64, "d-1.0.whl", True)))
     with pytest.raises(Failure) as caught:
-        wheels.wheels_for(flavour, local, first)
+        hostwheels.wheels_for(flavour, local, first)
     assert "d-1.0.whl" in caught.value.message
     assert f"wheel-builds/build-wheels.sh {flavour.wheel_build.name} " in caught.value.hint
 
@@ -427,5 +427,5 @@ def test_fetch_refuses_a_missing_wheelhouse_wheel(tmp_path: Path, index: Path) -
     plan.lock_path(flavour).parent.mkdir(parents=True)
     plan.lock_path(flavour).write_text(lockfile.format_lock(flavour, "sha256:" + "0" * 64, [entry]))
     with pytest.raises(Failure) as caught:
-        wheels.fetch(plan, [flavour], tmp_path / "house")
+        hostwheels.fetch(plan, [flavour], tmp_path / "house")
     assert caught.value.rule == "wheelhouse-complete"

@@ -33,7 +33,7 @@ from ...model.target import Target
 from ...names import (CA_SECRET, CHECK_TOOL, CLASSIC_SECRETS_DIR, CONSTRAINTS_NAME, CONTEXT_WHEELHOUSE, DOCKERFILE,
                       IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX)
 from .check_tool import write_check_tool
-from ..packages.lock import wheel_dirs, wheels_for
+from ..packages.wheelhouse import wheel_dirs, wheels_for
 
 KEEP_FILE = ".keep"
 
