@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from xla_images import abi
 from xla_images.abi import check as abi_check
 from xla_images.abi import wheel as abi_wheel
-from xla_images.run import abi_images
+from xla_images.run.checking import abi_images
 from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 

@@ -24,7 +24,7 @@ from xla_images.model.lockfile import LockEntry, constraints_digest, format_cons
 from xla_images.model.target import content_id
 from xla_images.names import (CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL, IMAGE_CONSTRAINTS,
                               VENV)
-from xla_images.run.check_tool import SHEBANG, check_tool_bytes, write_check_tool
+from xla_images.run.building.check_tool import SHEBANG, check_tool_bytes, write_check_tool
 
 from golden import fixed_flavours
 
