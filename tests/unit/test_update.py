@@ -17,7 +17,7 @@ from xla_images.generate.plan import load_plan
 from xla_images.model import matrix, wheel_index
 from xla_images.model.flavour import Accelerator
 from xla_images.model.site import load_site
-from xla_images.run.upstream import metadata_pins
+from xla_images.run.packages.upstream import metadata_pins
 
 MATRIX = """\
 schema: 1
@@ -219,7 +219,7 @@ def test_metadata_pins_read_the_tpu_extra() -> None:
 
 @pytest.mark.parametrize("release", ["foo bar", "2.9", "2.9.0\n", "2.9.0; rm -rf /", "\u0662.\u0669.\u0660"])
 def test_a_release_option_that_is_no_version_is_refused_before_the_network(tmp_path: Path, release: str) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
 
@@ -239,16 +239,16 @@ def test_matrix_defaults_are_what_releases_inherit() -> None:
     assert defaults["pythons"] == PYTHONS and defaults["accelerators"] == BOTH
 
 
-# --- run.upstream end to end, against an index in memory ----------------------------------------------------
+# --- run.packages.upstream end to end, against an index in memory ----------------------------------------------------
 
 class MemoryIndex:
-    """The run.index.Index interface over file names; every wheel's METADATA pins `libtpu`."""
+    """The run.packages.index.Index interface over file names; every wheel's METADATA pins `libtpu`."""
 
     url = wheel_index.PUBLIC_INDEX
 
     def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str], yanked: frozenset[str] = frozenset(),
                  marker: str = 'extra == "tpu"') -> None:
-        from xla_images.run.index import IndexFile
+        from xla_images.run.packages.index import IndexFile
 
         self.names, self.libtpu, self.marker = names, libtpu, marker
         self.pages = {project: [IndexFile(name, f"https://files.example/{name}", yanked=name in yanked)
@@ -285,7 +285,7 @@ def memory_index(extra: tuple[str, ...] = (), **options) -> MemoryIndex:
 
 
 def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update, write_update
+    from xla_images.run.packages.upstream import plan_update, write_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index())
@@ -304,7 +304,7 @@ def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> No
 
 
 def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     named = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=memory_index())
@@ -317,7 +317,7 @@ def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> Non
 # --- silent accepts made errors or warnings (issue 35) --------------------------------------------------------
 
 def test_a_release_that_skips_minor_releases_is_left_out_unless_allowed(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     index = memory_index(("9999.0.0", "2.12.0"))
@@ -335,7 +335,7 @@ def test_a_release_that_skips_minor_releases_is_left_out_unless_allowed(tmp_path
 
 
 def test_a_yanked_release_is_not_proposed(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     yanked = frozenset(wheels("torch_xla", "2.10.1", ("3.10", "3.11", "3.12", "3.13")))
@@ -348,7 +348,7 @@ def test_a_yanked_release_is_not_proposed(tmp_path: Path) -> None:
 
 
 def test_a_yanked_file_does_not_count_as_a_wheel(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     yanked = frozenset(wheels("libtpu", "0.0.30", ("3.12",)))
@@ -358,7 +358,7 @@ def test_a_yanked_file_does_not_count_as_a_wheel(tmp_path: Path) -> None:
 
 
 def test_markers_are_evaluated_for_the_matrix_pythons_not_the_host(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -388,7 +388,7 @@ def test_metadata_of_another_wheel_or_too_deep_is_refused(text: str, needle: str
 
 
 def test_write_keeps_a_symlinked_matrix_and_the_modes(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update, write_update
+    from xla_images.run.packages.upstream import plan_update, write_update
 
     shared, repo = tmp_path / "shared", tmp_path / "repo"
     shared.mkdir()
