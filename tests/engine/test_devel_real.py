@@ -42,7 +42,8 @@ from xla_images import names, resources
 from xla_images.errors import Failure
 from xla_images.generate.plan import load_plan
 from xla_images.model.target import Target
-from xla_images.run import build, engine
+from xla_images.run import engine
+from xla_images.run.building import build
 
 pytestmark = pytest.mark.slow
 
