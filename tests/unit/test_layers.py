@@ -91,6 +91,8 @@ def test_rendered_dockerfiles_have_no_secret_mount_the_classic_rewrite_misses() 
         classic = context.classic_dockerfile(dockerfile.read_text())
         assert "--mount" not in classic, dockerfile
         assert classic.count("COPY xla-secrets/") == 2, dockerfile
+        # The classic builder builds no devel image: its stage is not in the classic Dockerfile at all.
+        assert "FROM runtime AS devel" in dockerfile.read_text() and " AS devel" not in classic, dockerfile
 
 
 def test_files_of_a_moved_wheel_that_name_the_python_go_to_the_python_specific_layer() -> None:

@@ -30,8 +30,8 @@ from ...generate.plan import BUILD_SCRIPTS, Plan
 from ...model.lockfile import read_lock
 from ...model.site import WheelSource
 from ...model.target import Target
-from ...names import (CA_SECRET, CHECK_TOOL, CLASSIC_SECRETS_DIR, CONSTRAINTS_NAME, CONTEXT_WHEELHOUSE, DOCKERFILE,
-                      IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, SECRETS_SUFFIX)
+from ...names import (CA_SECRET, CHECK_TOOL, CLASSIC_SECRETS_DIR, CONSTRAINTS_NAME, CONTEXT_WHEELHOUSE, DEVEL_STAGE,
+                      DOCKERFILE, IMAGE_CA, IMAGE_WHEELHOUSE, LOCK_NAME, PIP_SECRET, RUNTIME_STAGE, SECRETS_SUFFIX)
 from .check_tool import write_check_tool
 from ..packages.wheelhouse import wheel_dirs, wheels_for
 
@@ -132,10 +132,16 @@ _SECRET_MOUNT = re.compile(r"^(?P<run>RUN )?\s*--mount=type=secret,id=(?P<id>[^,
 
 def classic_dockerfile(text: str) -> str:
     """The Dockerfile for the classic builder: each `RUN --mount=type=secret,id=X,target=T` becomes a COPY of
-    xla-secrets/X to T before that RUN (in the wheels stage, which no runtime layer copies from)."""
+    xla-secrets/X to T before that RUN (in the wheels stage, which no runtime layer copies from). The devel stage
+    goes: its secret mount would become a COPY into a layer of the devel image, so the classic builder builds
+    runtime images only (build refuses a devel one, rule devel-buildkit)."""
     out: list[str] = []
     pending: list[str] = []
     for line in text.splitlines():
+        if line == f"FROM {RUNTIME_STAGE} AS {DEVEL_STAGE}":
+            while out and (not out[-1] or out[-1].startswith("#")):
+                out.pop()  # the devel stage's comment block goes with it
+            break
         found = _SECRET_MOUNT.match(line)
         if found:
             pending.append(f"COPY {CLASSIC_SECRETS_DIR}/{found.group('id')} {found.group('target')}")
