@@ -20,6 +20,7 @@ from xla_images.generate import plan as plan_module
 from xla_images.generate import render
 from xla_images.imagecheck import read_pins
 from xla_images.imagecheck import check as imagecheck
+from xla_images.model.flavour import COMPANIONS
 from xla_images.model.lockfile import LockEntry, constraints_digest, format_constraints, format_lock, parse_lock
 from xla_images.model.target import content_id
 from xla_images.names import (CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL, IMAGE_CONSTRAINTS,
@@ -56,6 +57,49 @@ def test_without_a_lock_the_constraints_are_the_flavours_pins() -> None:
     assert pins == ["torch==2.9.0", "torch_xla==2.9.0", "libtpu==0.0.21"]
     assert pins == [line for line in format_constraints(flavour, "not a lock\n").splitlines()
                     if not line.startswith("#")]
+
+
+COMPANION_VERSIONS = (("torchvision", "0.24.0"), ("torchaudio", "2.9.0"))
+
+
+def test_recorded_companions_are_pinned_in_the_constraints_only() -> None:
+    """`pip install torchvision` in a derived image takes the one built for the image's torch; the lock (what the
+    image installs) does not change, and installed companions are pinned once, from the lock."""
+    flavour = dataclasses.replace(fixed_flavours()[TAG], companion_versions=COMPANION_VERSIONS)
+    lock = lock_text(flavour)
+    pins = [line for line in format_constraints(flavour, lock).splitlines() if not line.startswith("#")]
+    assert pins == ["libtpu==0.0.21", "numpy==2.4.6", "torch==2.9.0", "torch-xla==2.9.0", "torchvision==0.24.0",
+                    "torchaudio==2.9.0"]
+    before = [line for line in format_constraints(fixed_flavours()[TAG], lock).splitlines()
+              if not line.startswith("#")]
+    assert pins[:len(before)] == before
+    without_lock = [line for line in format_constraints(flavour, "").splitlines() if not line.startswith("#")]
+    assert without_lock[-2:] == ["torchvision==0.24.0", "torchaudio==2.9.0"]
+    installed = dataclasses.replace(flavour, companions=("torchvision",))
+    lock = lock_text(installed, {"torchvision": "0.24.0", "pillow": "12.0.0"})
+    pins = [line for line in format_constraints(installed, lock).splitlines() if not line.startswith("#")]
+    assert pins.count("torchvision==0.24.0") == 1 and pins[-1] == "torchaudio==2.9.0"
+    without_lock = [line for line in format_constraints(installed, "").splitlines() if not line.startswith("#")]
+    assert without_lock.count("torchvision==0.24.0") == 1
+
+
+def test_companions_in_another_abi_say_their_extensions_do_not_load() -> None:
+    flavour = dataclasses.replace(fixed_flavours()["r2.6.0_3.11_cpu_cxx11"],
+                                  companion_versions=(("torchvision", "0.21.0"),))
+    text = format_constraints(flavour, "")
+    assert "torchvision==0.21.0" in text.splitlines() and "pre-C++11" in text and "xla-images-check" in text
+    default = dataclasses.replace(fixed_flavours()["r2.6.0_3.11_cpu"], companion_versions=(("torchvision", "0.21.0"),))
+    assert "do not load" not in format_constraints(default, "")
+
+
+def test_companions_change_the_constraints_label_and_id() -> None:
+    flavour = dataclasses.replace(fixed_flavours()[TAG], id="")
+    lock = lock_text(flavour)
+    ids = set()
+    for versions in ((), COMPANION_VERSIONS, (("torchvision", "0.24.1"),)):
+        changed = dataclasses.replace(flavour, companion_versions=versions)
+        ids.add(content_id(changed, render.render_flavour(changed, lock), lock, "smoke", "scripts"))
+    assert len(ids) == 3
 
 
 def test_render_writes_constraints_and_the_image_names_them() -> None:
@@ -95,7 +139,8 @@ def test_committed_constraints_hold_the_committed_lock() -> None:
     for lock in sorted((ROOT / "Dockerfiles").glob("*/requirements.lock")):
         constraints = (lock.parent / CONSTRAINTS_NAME).read_text()
         pins = {line for line in constraints.splitlines() if not line.startswith("#")}
-        assert pins == {f"{entry.name}=={entry.version}" for entry in parse_lock(lock.read_text()).entries}, lock
+        locked = {f"{entry.name}=={entry.version}" for entry in parse_lock(lock.read_text()).entries}
+        assert locked <= pins and all(pin.split("==")[0] in COMPANIONS for pin in pins - locked), lock
         checked += 1
     assert checked >= 20
 

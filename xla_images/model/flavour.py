@@ -17,6 +17,12 @@ from ..names import (ENV_PREFIX, IMAGE_CONSTRAINTS, LABEL_PREFIX, PROJECT_URL, T
 
 
 
+# The packages built against one torch release that a derived image installs most often (docs/derived.md): the
+# version of each that pins a release's torch is a release fact `update` learns from the index, and every image's
+# constraints pin it; a release may install them (`companions:` in matrix.yaml).
+COMPANIONS = ("torchvision", "torchaudio")
+
+
 class Abi(str, enum.Enum):
     """The libstdc++ dual ABI a flavour's torch and torch_xla are built with."""
 
@@ -189,6 +195,9 @@ class Flavour:
     # release itself when it inherits them.
     abis_declared_at: Location | None = None
     channel_declared_at: Location | None = None
+    # (name, version) of each companion the release records (COMPANIONS order), and the names it installs.
+    companion_versions: tuple[tuple[str, str], ...] = ()
+    companions: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -216,6 +225,11 @@ class Flavour:
 
         pinned = dataclasses.replace(self, torch=torch, torch_xla=torch_xla)
         return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag),))
+
+    @property
+    def installed_companions(self) -> tuple[tuple[str, str], ...]:
+        """(name, version) of each companion the image installs, in COMPANIONS order."""
+        return tuple((name, version) for name, version in self.companion_versions if name in self.companions)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -246,6 +260,8 @@ class Flavour:
         env = self._release_env
         if self.is_nightly:
             env[f"{ENV_PREFIX}_NIGHTLY_DATE"] = self.nightly_date or ""
+        if self.companions:  # what the smoke suite holds the installed companions to
+            env[f"{ENV_PREFIX}_COMPANIONS"] = companion_words(self.installed_companions)
         return env
 
     @property
@@ -288,6 +304,8 @@ class Flavour:
             # What the image checks hold the installed torch_xla to before a push (pytorch/xla#8475).
             labels[f"{LABEL_PREFIX}.channel"] = self.channel.value
             labels[f"{LABEL_PREFIX}.nightly-date"] = self.nightly_date or "unpinned"
+        if self.companions:
+            labels[f"{LABEL_PREFIX}.companions"] = companion_words(self.installed_companions)
         labels.update(dict(self.extra_labels))
         return labels
 
@@ -308,6 +326,11 @@ class Flavour:
         """Filter used by list/build/resolve. `torch_xla` may be a prefix such as `2.9` (matches 2.9.x)."""
         return facts_match(self.filter_facts,
                            {"abi": abi, "python": python, "torch_xla": torch_xla, "accelerator": accelerator})
+
+
+def companion_words(pins: tuple[tuple[str, str], ...]) -> str:
+    """`torchvision==0.24.0 torchaudio==2.9.0`: the installed companions as the image's env and label say them."""
+    return " ".join(f"{name}=={version}" for name, version in pins)
 
 
 # What a function that takes Flavours or Targets gives back: the same kind it was given.

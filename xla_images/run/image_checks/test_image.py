@@ -16,6 +16,7 @@ import testinfra
 
 from xla_images import abi
 from xla_images.abi.standalone import write_zipapp
+from xla_images.model.flavour import COMPANIONS
 from xla_images.model.target import Target
 from xla_images.model.lockfile import constraints_digest
 from xla_images.names import (CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_SHA256_LABEL, FLAVOUR_ID_LABEL,
@@ -24,7 +25,8 @@ from xla_images.run import checks, engine, nightly_check, smoke_runner
 from xla_images.run.checks import CheckTarget, LayerScan
 
 COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "ld")
-PACKAGES = ("torch", "torch_xla", "libtpu")
+# Companions too: installed exactly when the flavour installs them (`companions:`), at the recorded version.
+PACKAGES = ("torch", "torch_xla", "libtpu", *COMPANIONS)
 # Where the standalone ABI tool (xla_images.abi as one zipapp) is copied to run inside the image.
 TOOLS_DIR = "/tmp/xla-images-checks"
 
