@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xla_images import names  # noqa: E402
 from xla_images.generate.plan import load_plan  # noqa: E402
-from xla_images.run import build, engine
-from xla_images.run.build import BuildOptions, Outcome  # noqa: E402
+from xla_images.run.building import build
+from xla_images.run import engine
+from xla_images.run.building.build import BuildOptions, Outcome
 
 DEFAULT_FLAVOUR = "r2.9.0_3.11_cpu"
 SIZE_GOAL = 1.10

@@ -2,7 +2,7 @@
 """Time `xla-images-check` on a real venv (default: this interpreter's, which on the dev host has torch 2.9 +
 torch_xla 2.9) and print the figures.
 
-The tool is the zipapp the image carries (run.check_tool), run by the venv's python exactly as in the image,
+The tool is the zipapp the image carries (run.building.check_tool), run by the venv's python exactly as in the image,
 with a constraints file pinning the venv's own torch / torch_xla / libtpu (as render writes it from the lock).
 Printed: wall time of each run (whole check, and without `pip check`), min and median, the number of torch
 extensions judged and the load average (the host may be shared: a loaded host inflates the figures). The
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xla_images.run.check_tool import write_check_tool  # noqa: E402
+from xla_images.run.building.check_tool import write_check_tool
 
 PACKAGES = ("torch", "torch_xla", "libtpu")
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.names import (IMAGE_PIP_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT, INSTALL_WORK, LOCK_NAME,  # noqa: E402
                               SOURCE_DATE_EPOCH, VENV)
-from xla_images.run import context as build_context  # noqa: E402
-from xla_images.run.build import choose_base  # noqa: E402
+from xla_images.run.building import context as build_context
+from xla_images.run.building.build import choose_base
 
 # Mode -> the installer's --jobs: 1 is the one-step `pip install -r requirements.lock` alone; 0, the build's.
 MODES = {"one-step": 1, "parallel": 0}

@@ -42,7 +42,9 @@ from xla_images import names  # noqa: E402
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.registry import Registry
-from xla_images.run import bake as baking, build, context as build_context, engine, publish
+from xla_images.run.building import bake as baking, build, context as build_context
+from xla_images.run import engine
+from xla_images.run.shipping import publish
 
 CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
 SINGLE_REPOSITORY = "xla-images-bench-single"
@@ -246,7 +248,7 @@ def main() -> int:
             single_env = None
         if "py313" in steps:
             prune_cache()
-            from xla_images.run import base as bases
+            from xla_images.run.building import base as bases
 
             if bases.find_base("3.13") is None:
                 started = time.monotonic()

@@ -31,7 +31,9 @@ sys.path.insert(0, str(REPO))
 from xla_images import names  # noqa: E402
 from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.registry import Registry
-from xla_images.run import build, engine, publish
+from xla_images.run.building import build
+from xla_images.run import engine
+from xla_images.run.shipping import publish
 
 REPOSITORY = "xla-images-bench"
 

@@ -57,8 +57,9 @@ from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.compression import Compression  # noqa: E402
 from xla_images.model.registry import Registry  # noqa: E402
 from xla_images.names import local_ref  # noqa: E402
-from xla_images.run import engine as main_engine, publish, registry as registries  # noqa: E402
-from xla_images.run.build import choose_base  # noqa: E402
+from xla_images.run import engine as main_engine, registry as registries
+from xla_images.run.shipping import publish
+from xla_images.run.building.build import choose_base
 
 REPOSITORY = "xla-images-bench"
 BRIDGE = "xlabench0"

@@ -27,7 +27,7 @@ from xla_images.generate import render  # noqa: E402
 from xla_images.generate import sync
 from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.cache import CACHE_ENV, cache_dir  # noqa: E402
-from xla_images.run import layout  # noqa: E402
+from xla_images.run.packages import layout
 
 
 def timed(function, repeat: int) -> tuple[float, list[float], object]:

@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from xla_images import names  # noqa: E402
-from xla_images.run import checks, engine  # noqa: E402
+from xla_images.run.checking import checks
+from xla_images.run import engine
 
 MANIFEST_DIR = "xla-images-layers"
 LOAD_FILE_BYTES = 1 << 30

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from xla_images.model import wheel_index  # noqa: E402
-from xla_images.run import upstream  # noqa: E402
-from xla_images.run.index import Index  # noqa: E402
+from xla_images.run.packages import upstream
+from xla_images.run.packages.index import Index
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 This file runs INSIDE the image build (the `wheels` stage, with the venv's python): standard library only,
 plus `pip._vendor.packaging` (pip is in every venv) for requirement markers. The host runs the same plan and
-check on the lock's wheels before any engine work (xla_images/run/layout.py). It is copied into the build
+check on the lock's wheels before any engine work (xla_images/run/packages/layout.py). It is copied into the build
 context as `split_layers.py`; the host imports it for `GROUPS` and `layer_names` (the Dockerfile renders one
 `COPY --from=wheels /layers/<name>/ /` per group, in this order).
 

@@ -33,7 +33,9 @@ from xla_images.errors import Failure
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
-from xla_images.run import base, engine, wheels
+from xla_images.run.building import base
+from xla_images.run import engine
+from xla_images.run.packages import wheelhouse as wheels
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"

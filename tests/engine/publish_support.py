@@ -14,7 +14,8 @@ from xla_images import names
 from xla_images.generate.plan import load_plan
 from xla_images.model.compression import parse_compression
 from xla_images.model.flavour import Flavour
-from xla_images.run import engine, publish
+from xla_images.run import engine
+from xla_images.run.shipping import publish
 
 PASSWORD = "pw-" + os.urandom(12).hex()
 

@@ -105,7 +105,7 @@ class RegistryProcess:
     # what it stores, read independently of xla_images
 
     def blobs(self) -> tuple[int, int]:
-        """(count, bytes) of blob data files on disk, counted independently of xla_images.run.prune."""
+        """(count, bytes) of blob data files on disk, counted independently of xla_images.run.shipping.prune."""
         files = list(self.blob_dir.glob("sha256/*/*/data")) if self.blob_dir.is_dir() else []
         return len(files), sum(path.stat().st_size for path in files)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from xla_images.model.flavour import Flavour
-from xla_images.run import build
+from xla_images.run.building import build
 
 
 class RecordingReporter:

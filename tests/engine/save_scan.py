@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from xla_images.run import checks
+from xla_images.run.checking import checks
 
 
 def scan(chunks: Iterable[bytes], needles: list[bytes]) -> dict[bytes, bool]:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from xla_images.errors import ConfigError
-from xla_images.run import base, engine
+from xla_images.run.building import base
+from xla_images.run import engine
 
 REPO = Path(__file__).resolve().parents[2]
 

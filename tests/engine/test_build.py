@@ -23,8 +23,9 @@ from save_scan import scan
 from xla_images import names, resources
 from xla_images.generate.plan import BUILD_SCRIPTS
 from xla_images.model.compression import LAYER_MEDIA_TYPES
-from xla_images.run import build, context as build_context, engine
-from xla_images.run.build import BuildOptions, Outcome
+from xla_images.run.building import build, context as build_context
+from xla_images.run import engine
+from xla_images.run.building.build import BuildOptions, Outcome
 
 OLD, NEW = "8.71.0", "8.72.0"
 GZIP_LAYER = LAYER_MEDIA_TYPES["gzip"][0]  # what BuildKit stores a gzip export as

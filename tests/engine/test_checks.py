@@ -18,8 +18,9 @@ from publish_support import make_project
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
-from xla_images.run import checks, engine, smoke_runner
-from xla_images.run.check_tool import check_tool_bytes
+from xla_images.run.checking import checks, smoke_runner
+from xla_images.run import engine
+from xla_images.run.building.check_tool import check_tool_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"

@@ -39,7 +39,9 @@ from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
 from xla_images.model.flavour import Flavour
 from xla_images.model.registry import Registry
-from xla_images.run import bake, build, engine, prune, publish
+from xla_images.run.building import bake, build
+from xla_images.run import engine
+from xla_images.run.shipping import prune, publish
 
 pytestmark = pytest.mark.slow
 

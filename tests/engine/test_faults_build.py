@@ -19,7 +19,9 @@ from typing import Callable, Iterator
 import pytest
 
 from xla_images import names
-from xla_images.run import build_mutex, engine, publish
+from xla_images.run.building import build_mutex
+from xla_images.run import engine
+from xla_images.run.shipping import publish
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"  # conftest.py's: every container of a test image carries it
@@ -91,7 +93,7 @@ def _untag(project) -> None:
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from xla_images.run import build_mutex
+from xla_images.run.building import build_mutex
 with build_mutex.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
     print("held", flush=True)
     sys.stdin.read()  # until the test closes our stdin

@@ -21,8 +21,11 @@ from save_scan import scan
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.registry import Registry
-from xla_images.run import build, engine, publish, wheels
-from xla_images.run.build import BuildOptions, Outcome
+from xla_images.run.building import build
+from xla_images.run import engine
+from xla_images.run.shipping import publish
+from xla_images.run.packages import wheelhouse as wheels
+from xla_images.run.building.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
 

@@ -19,7 +19,8 @@ from registry_process import RegistryProcess, running
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
-from xla_images.run import checks, wheels
+from xla_images.run.checking import checks
+from xla_images.run.packages import wheelhouse as wheels
 
 BASE = "8.90.0"
 NIGHT = "20261201"

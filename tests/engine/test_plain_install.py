@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from xla_images.generate import cigen
-from xla_images.run import build
-from xla_images.run.build import BuildOptions, Outcome
+from xla_images.run.building import build
+from xla_images.run.building.build import BuildOptions, Outcome
 
 from plain_install import environment
 

@@ -19,7 +19,8 @@ from faultproxy import FaultProxy
 from publish_support import PASSWORD, Project, build_image, make_project, registry_named_images
 from registry_process import REPO, RegistryProcess, free_port, running
 from xla_images import names
-from xla_images.run import engine, publish
+from xla_images.run import engine
+from xla_images.run.shipping import publish
 
 
 # --- fixtures --------------------------------------------------------------------------------------------

@@ -19,8 +19,10 @@ from registry_process import REPO, RegistryProcess, running
 from reporters import QuietReporter
 from xla_images import names
 from xla_images.model import lockfile
-from xla_images.run import build, engine, sbom
-from xla_images.run.build import BuildOptions, Outcome
+from xla_images.run.building import build
+from xla_images.run import engine
+from xla_images.run.checking import sbom
+from xla_images.run.building.build import BuildOptions, Outcome
 
 PORTS = range(5080, 5090)  # this suite's share of 127.0.0.1
 REPOSITORY = "xla-images-signing"

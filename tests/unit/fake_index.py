@@ -1,5 +1,5 @@
 """A local package index for unit tests: a stdlib HTTP server on 127.0.0.1 that serves `FakeIndex.routes` and
-answers range requests the way the public index's file host does (run.index reads wheels only through them)."""
+answers range requests the way the public index's file host does (run.packages.index reads wheels only through them)."""
 from __future__ import annotations
 
 import contextlib
@@ -70,7 +70,7 @@ def json_page(files: list[dict]) -> tuple[int, str, bytes]:
 
 
 def wheel(members: dict[str, str]) -> bytes:
-    """A deflated zip holding `members` (name -> text): a wheel as far as run.index reads one."""
+    """A deflated zip holding `members` (name -> text): a wheel as far as run.packages.index reads one."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, text in members.items():

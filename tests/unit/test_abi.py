@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from xla_images import abi
 from xla_images.abi import inspection
 from xla_images.abi import standalone as abi_standalone
-from xla_images.run import abi_images
+from xla_images.run.checking import abi_images
 from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError, Failure
 

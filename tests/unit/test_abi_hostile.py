@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from xla_images import abi
 from xla_images.abi import check as abi_check
 from xla_images.abi import wheel as abi_wheel
-from xla_images.run import abi_images
+from xla_images.run.checking import abi_images
 from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 
@@ -488,6 +488,20 @@ def test_directory_link_out_of_the_tree_is_not_followed(seeds: Path, tmp_path: P
     assert checked.verdict == abi.COMPATIBLE and "pkg/rootlink -> /" in checked.summary
     completed = run_standalone("inspect", str(site), timeout=60)
     assert completed.returncode == 0 and "libfar.so" not in completed.stdout, completed.stdout + completed.stderr
+
+
+def test_a_link_into_a_tree_the_caller_vouches_for_is_followed(seeds: Path, tmp_path: Path) -> None:
+    """The image's layout links site-packages entries into /opt/xla-images/any: the in-image check names that tree
+    (also_inside), and an extension living there is judged instead of listed as not read."""
+    image_tree = tmp_path / "opt-xla-images"
+    (image_tree / "pkg").mkdir(parents=True)
+    site = site_with(tmp_path / "site", seeds)
+    (site / EXTENSION).rename(image_tree / "pkg" / EXTENSION)
+    (site / "pkg").symlink_to(image_tree / "pkg")
+    alone = abi.check_site_packages(site)
+    assert not alone.extensions and "pkg -> " in alone.summary
+    vouched = abi.check_site_packages(site, also_inside=(image_tree,))
+    assert [item.path for item in vouched.extensions] == [f"pkg/{EXTENSION}"] and "not read" not in vouched.summary
 
 
 def test_torch_behind_a_link_out_of_the_tree_is_a_usage_error(seeds: Path, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The architecture holds: the import-linter contracts in pyproject.toml, and the facts that must be written twice.
 
 `lint-imports` checks the layers (cli > run > generate > model > foundation > names), that the cli's command
-modules import none of each other (only cli.common), that only run.engine imports docker, and that the smoke
+modules import none of each other (only cli.common), that run's jobs (shipping > checking > building > packages |
+registry > netread | engine) and each job's modules keep their order, that only run.engine imports docker, and that the smoke
 suite imports nothing of xla_images. A contract that cannot fail proves
 nothing, so one test runs the very same contracts over a tiny package shaped like xla_images that breaks them.
 """
@@ -44,36 +45,39 @@ def test_the_import_contracts_hold() -> None:
 
 def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> None:
     """The same contracts over a stand-in xla_images whose model imports run, whose cli imports docker, one of
-    whose commands imports another, whose ABI package's reader imports its checker and run, and whose smoke suite
-    imports xla_images: lint-imports must fail and name each import."""
+    whose commands imports another, whose ABI package's reader imports its checker and run, whose run engine
+    imports a command, whose run packages import the registry (independent siblings), whose run sub-packages
+    each import upward, and whose smoke suite imports xla_images: lint-imports must fail and name each import."""
     package = tmp_path / "xla_images"
-    layers = CONTRACTS["contracts"][0]["layers"]
-    run_contract = _contract("engine-bottom-of-run")
-    run_modules = run_contract["layers"][0].split(" : ")
-    modules = [name.strip() for layer in layers for name in layer.replace("|", ":").split(":")]
-    for name in modules:
-        if name in ("cli", "run", "generate", "model", "abi", "imagecheck"):
-            (package / name).mkdir(parents=True)
-            (package / name / "__init__.py").write_text("")
-        else:
-            package.mkdir(exist_ok=True)
-            (package / f"{name}.py").write_text("")
-    (package / "__init__.py").write_text("")
-    for name in run_modules + [layer.strip() for layer in run_contract["layers"][1:]]:
-        (package / "run" / f"{name}.py").write_text("")
-    for layer in _contract("cli-commands")["layers"]:
-        for name in layer.split("|"):
-            (package / "cli" / f"{name.strip()}.py").write_text("")
-    abi_contract = _contract("abi-modules")
-    for layer in abi_contract["layers"]:
-        for name in layer.split(" : "):
-            (package / "abi" / f"{name.strip()}.py").write_text("")
-    (package / "abi" / "elf.py").write_text("from xla_images.abi import check\nfrom xla_images.run import build\n")
-    (package / "model" / "flavour.py").write_text("from xla_images.run import build\n")
+    layered = [contract for contract in CONTRACTS["contracts"] if contract["type"] == "layers"]
+    packages = {container for contract in layered for container in contract["containers"]}
+    packages |= {"xla_images.model", "xla_images.imagecheck", "xla_images.generate"}
+    for contract in layered:
+        (container,) = contract["containers"]
+        for layer in contract["layers"]:
+            for name in layer.replace("|", ":").split(":"):
+                dotted = f"{container}.{name.strip()}"
+                path = tmp_path.joinpath(*dotted.split("."))
+                for parent in [path.parent, *path.parent.parents][:dotted.count(".")]:
+                    parent.mkdir(parents=True, exist_ok=True)
+                    (parent / "__init__.py").touch()
+                if dotted in packages:
+                    path.mkdir(parents=True, exist_ok=True)
+                    (path / "__init__.py").touch()
+                else:
+                    path.with_suffix(".py").touch()
+    (package / "abi" / "elf.py").write_text("from xla_images.abi import check\nfrom xla_images.run.building import build\n")
+    (package / "model" / "flavour.py").write_text("from xla_images.run.building import build\n")
     (package / "imagecheck" / "check.py").write_text("import xla_images.names\n")
     (package / "cli" / "common.py").write_text("import docker\n")
     (package / "cli" / "test.py").write_text("from xla_images.cli import sbom\n")
-    (package / "run" / "engine.py").write_text("from xla_images.run import publish\n")
+    run = package / "run"
+    (run / "engine.py").write_text("from xla_images.run.shipping import publish\n")
+    (run / "packages" / "lock.py").write_text("from xla_images.run import registry\n")
+    (run / "packages" / "index.py").write_text("from xla_images.run.packages import layout\n")
+    (run / "building" / "check_tool.py").write_text("from xla_images.run.building import bake\n")
+    (run / "checking" / "checks.py").write_text("from xla_images.run.checking import image_tests\n")
+    (run / "shipping" / "zstd_push.py").write_text("from xla_images.run.shipping import sign\n")
     (tmp_path / "docker").mkdir()
     (tmp_path / "docker" / "__init__.py").write_text("")
     (tmp_path / "smoke" / "xla_smoke").mkdir(parents=True)
@@ -81,22 +85,30 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     result = lint_imports(tmp_path, tmp_path, tmp_path / "smoke", config=tmp_path / "pyproject.toml")
     assert result.returncode == 1, result.stdout + result.stderr
-    for broken in ("xla_images.model.flavour -> xla_images.run.build", "xla_images.cli.common -> docker",
-                   "xla_images.run.engine -> xla_images.run.publish", "xla_smoke -> xla_images.names",
-                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.build",
-                   "xla_images.cli.test -> xla_images.cli.sbom", "xla_images.imagecheck.check -> xla_images.names"):
+    for broken in ("xla_images.model.flavour -> xla_images.run.building.build", "xla_images.cli.common -> docker",
+                   "xla_images.run.engine -> xla_images.run.shipping.publish", "xla_smoke -> xla_images.names",
+                   "xla_images.abi.elf -> xla_images.abi.check", "xla_images.abi.elf -> xla_images.run.building.build",
+                   "xla_images.cli.test -> xla_images.cli.sbom", "xla_images.imagecheck.check -> xla_images.names",
+                   "xla_images.run.packages.lock -> xla_images.run.registry",
+                   "xla_images.run.packages.index -> xla_images.run.packages.layout",
+                   "xla_images.run.building.check_tool -> xla_images.run.building.bake",
+                   "xla_images.run.checking.checks -> xla_images.run.checking.image_tests",
+                   "xla_images.run.shipping.zstd_push -> xla_images.run.shipping.sign"):
         assert broken in result.stdout, result.stdout
     assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
 
 
-def test_a_module_in_no_layer_breaks_the_layers_contract(tmp_path: Path) -> None:
-    """exhaustive: a new top-level module must be placed in a layer before the contracts pass again."""
+@pytest.mark.parametrize("stray", ["stray.py", "run/stray.py", "run/shipping/stray.py"])
+def test_a_module_in_no_layer_breaks_the_layers_contract(tmp_path: Path, stray: str) -> None:
+    """exhaustive: a new module (top-level, in run, in one of run's jobs) must be placed in a layer before the
+    contracts pass again."""
     shutil.copytree(ROOT / "xla_images", tmp_path / "xla_images",
                     ignore=shutil.ignore_patterns("__pycache__", "smoke", "templates", "ci_scripts"))
-    (tmp_path / "xla_images" / "stray.py").write_text("")
+    (tmp_path / "xla_images" / stray).write_text("")
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     result = lint_imports(tmp_path, tmp_path, ROOT / "smoke", config=tmp_path / "pyproject.toml")
-    assert result.returncode == 1 and "xla_images.stray" in result.stdout, result.stdout + result.stderr
+    dotted = "xla_images." + stray.removesuffix(".py").replace("/", ".")
+    assert result.returncode == 1 and dotted in result.stdout, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("module", ["names.py", "wheel_install.py"])
@@ -127,7 +139,7 @@ def test_the_standalone_abi_tool_speaks_the_model_s_words() -> None:
 
 
 def test_the_registry_state_layout_is_the_one_ci_registry_sh_writes() -> None:
-    """run.prune finds the registries ci/registry.sh runs by their state files: bash and names.py must agree."""
+    """run.shipping.prune finds the registries ci/registry.sh runs by their state files: bash and names.py must agree."""
     script = (ROOT / "ci" / "registry.sh").read_text(encoding="utf-8")
     assert f'STATE_DIR="${{{names.STATE_ENV}:-{names.DEFAULT_STATE}}}"' in script
     assert f'DIR="$STATE_DIR/{names.REGISTRY_STATE_DIR}/$PORT"' in script
@@ -170,3 +182,16 @@ def test_no_product_function_is_only_pass() -> None:
                 if len(body) == 1 and isinstance(body[0], ast.Pass):
                     empty.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not empty, empty
+
+
+def test_no_product_function_is_over_60_lines() -> None:
+    """The house rule (functions <= 60 lines, from `def` to the end, docstring included): a longer one does several jobs
+    (run.packages.lock.lock did, with three nested closures, until its steps became _Locking's methods)."""
+    long = []
+    for path in sorted((ROOT / "xla_images").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    assert not long, long

@@ -7,7 +7,7 @@ from typing import Any
 from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.site import WheelSource
 from xla_images.model.target import Target
-from xla_images.run import bench, smoke_runner
+from xla_images.run.checking import bench, smoke_runner
 
 
 def flavour(tag_python: str = "3.11") -> Target:

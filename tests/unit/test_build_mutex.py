@@ -1,4 +1,4 @@
-"""run.build_mutex: one build of a flavour at a time, held across real processes (an fcntl lock per tag)."""
+"""run.building.build_mutex: one build of a flavour at a time, held across real processes (an fcntl lock per tag)."""
 from __future__ import annotations
 
 import os
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from xla_images.errors import Failure
-from xla_images.run import build_mutex
+from xla_images.run.building import build_mutex
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from xla_images.run import build_mutex
+from xla_images.run.building import build_mutex
 with build_mutex.exclusive([sys.argv[1]], directory=Path(sys.argv[2])):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))

@@ -11,7 +11,8 @@ import types
 import pytest
 
 from xla_images.model.compression import LAYER_MEDIA_TYPES, Compression
-from xla_images.run import build, engine
+from xla_images.run.building import build
+from xla_images.run import engine
 
 ZSTD, GZIP = LAYER_MEDIA_TYPES["zstd"][0], LAYER_MEDIA_TYPES["gzip"][0]
 IMAGE_ID = "sha256:" + "b" * 64

@@ -13,7 +13,7 @@ import pytest
 import zstandard
 
 from xla_images.errors import Failure
-from xla_images.run import checks
+from xla_images.run.checking import checks
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB-proxy-ca\n-----END CERTIFICATE-----\n"
 

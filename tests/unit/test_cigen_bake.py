@@ -20,10 +20,11 @@ import pytest
 from golden import two_releases
 from xla_images import names
 from xla_images.errors import ConfigError
-from xla_images.generate import cigen, sync
+from xla_images.generate import cigen
 from xla_images.generate.plan import BUILD_SCRIPTS, Plan, load_plan
+from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
-from xla_images.run import bake as baking, context as build_context
+from xla_images.run.building import bake as baking, context as build_context
 
 ROOT = Path(__file__).resolve().parents[2]
 # What bake accepts as a target or group name (buildx bake/bake.go: validTargetNameChars).
@@ -224,7 +225,7 @@ def test_buildx_reads_the_file(plan: Plan, tmp_path: Path) -> None:
 def locked_flavour(plan: Plan) -> Flavour:
 
     for flavour in plan.flavours:
-        if sync.lock_status(plan, flavour).state is sync.LockState.FRESH:
+        if lockfile.lock_status(plan, flavour).state is lockfile.LockState.FRESH:
             return flavour
     pytest.skip("no flavour has a fresh committed lock yet (`./build.py lock`)")
 
@@ -291,7 +292,7 @@ def test_contexts_are_replaced_whole_and_foreign_dirs_refused(plan: Plan, tmp_pa
 def test_contexts_need_fresh_locks(plan: Plan, tmp_path: Path) -> None:
     from xla_images.errors import Failure
 
-    unlocked = [f for f in plan.flavours if sync.lock_status(plan, f).state is not sync.LockState.FRESH]
+    unlocked = [f for f in plan.flavours if lockfile.lock_status(plan, f).state is not lockfile.LockState.FRESH]
     if not unlocked:
         pytest.skip("every flavour is locked here")
     with pytest.raises(Failure) as raised:

@@ -20,9 +20,10 @@ import pytest
 from fake_index import serving
 import yaml
 
-from xla_images.generate import cigen, sync
+from xla_images.generate import cigen
 from xla_images.generate.plan import Plan, load_plan
-from xla_images.run import publish
+from xla_images.model import lockfile
+from xla_images.run.shipping import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -254,8 +255,8 @@ def test_matrix_job_emits_every_tag_and_nothing_else(plan: Plan, files: dict[Pat
     code, outputs, log = run_listing(plan, load(files[cigen.BUILD_WORKFLOW]), tmp_path)
     assert code == 0, log
     include = json.loads(outputs["include"])
-    locks = {flavour.tag: sync.lock_status(plan, flavour).state for flavour in plan.flavours}
-    buildable = [tag for tag, state in locks.items() if state is sync.LockState.FRESH]
+    locks = {flavour.tag: lockfile.lock_status(plan, flavour).state for flavour in plan.flavours}
+    buildable = [tag for tag, state in locks.items() if state is lockfile.LockState.FRESH]
     assert include == [{"tag": tag} for tag in buildable]
     assert int(outputs["count"]) == len(buildable)
     # The flavours without a fresh lock (here the 2.6 C++11 ones: their wheels are not reachable) are named.
@@ -279,11 +280,11 @@ def test_matrix_job_honours_the_dispatch_filters(plan: Plan, files: dict[Path, s
     code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla="1.0")
     assert code == 1 and "::error::no buildable flavour matches" in log and "include" not in outputs
     # A release whose every flavour of an ABI is unlocked (2.6's C++11 wheels come from an absent wheelhouse).
-    unlocked = [f for f in plan.flavours if sync.lock_status(plan, f).state is not sync.LockState.FRESH]
+    unlocked = [f for f in plan.flavours if lockfile.lock_status(plan, f).state is not lockfile.LockState.FRESH]
     if not unlocked:
         return
     some = unlocked[0]
-    if any(sync.lock_status(plan, f).state is sync.LockState.FRESH
+    if any(lockfile.lock_status(plan, f).state is lockfile.LockState.FRESH
            for f in plan.select(torch_xla=some.release_minor, abi=some.abi.value)):
         return
     code, outputs, log = run_listing(plan, workflow, tmp_path, torch_xla=some.release_minor, abi=some.abi.value)

@@ -28,7 +28,7 @@ import pytest
 from xla_images.errors import ConfigError, Failure
 from xla_images.generate.plan import load_plan
 from xla_images.model.registry import Mirror, Registry
-from xla_images.run import promote, publish
+from xla_images.run.shipping import promote, publish
 from xla_images.run import registry as registries
 from xla_images.run.registry import RetryPolicy, credentials as creds, policy
 from xla_images.run.registry.upload import upload_bytes

@@ -166,13 +166,13 @@ def test_missing_dependency_message() -> None:
 def test_a_command_importing_a_missing_dependency_exits_2(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """As `test` did when pytest was a test extra: the import inside the command fails."""
-    from xla_images.run import checks
+    from xla_images.run.checking import checks
 
     def needs_pytest(*args: object, **kwargs: object) -> None:
         raise ModuleNotFoundError("No module named 'pytest'", name="pytest")
 
     monkeypatch.setattr(checks, "run", needs_pytest)
-    monkeypatch.setattr("xla_images.run.image_tests.require_built", lambda flavour: "image")
+    monkeypatch.setattr("xla_images.run.checking.image_tests.require_built", lambda flavour: "image")
     with pytest.raises(SystemExit) as exited:
         main(["test", "latest_cpu", "--checks-only", "--matrix", str(REPO / "matrix.yaml")])
     assert exited.value.code == 2

@@ -15,8 +15,9 @@ import pytest
 from xla_images import diskio
 from xla_images.errors import Failure
 from xla_images.model.registry import Registry
-from xla_images.run import engine, publish
-from xla_images.run.publish import RetryPolicy
+from xla_images.run import engine
+from xla_images.run.shipping import publish
+from xla_images.run.shipping.publish import RetryPolicy
 
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
 DIGEST = "sha256:" + "a" * 64
@@ -187,7 +188,7 @@ def test_a_crash_of_pytest_while_reporting_ctrl_c_is_still_the_interrupt(interru
     no report); without one, a crash is a crash and is not hidden."""
     import pytest as pytest_module
 
-    from xla_images.run import checks
+    from xla_images.run.checking import checks
 
     monkeypatch.setattr(pytest_module, "main", CrashingPytest(interrupt))
     monkeypatch.setattr(checks, "_target_plugin", lambda target: object())

@@ -16,7 +16,7 @@ from hostile_inputs import (BOMB, FIXTURE_LOCK, MATRICES_AS_WRITTEN, MATRIX, MAT
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError
 from xla_images.model import lockfile
-from xla_images.run import publish
+from xla_images.run.shipping import publish
 
 @pytest.mark.parametrize("text, rule, needle", [case[1:] for case in MATRIX_CASES], ids=[c[0] for c in MATRIX_CASES])
 def test_hostile_matrix_is_refused_with_rule_and_line(tmp_path: Path, text: str, rule: str, needle: str | None) -> None:
@@ -321,7 +321,7 @@ def test_numeric_options_beyond_their_bounds_are_usage_errors(args: tuple[str, .
 def test_prune_planning_refuses_an_age_past_the_calendar() -> None:
     import datetime
 
-    from xla_images.run import prune
+    from xla_images.run.shipping import prune
     with pytest.raises(ConfigError) as caught:
         prune.plan_prune({}, 1, 10 ** 12, {}, datetime.date(2026, 1, 1))
     assert caught.value.rule == "prune-options"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images import abi
+from xla_images import abi, layers
 from xla_images.abi import standalone
 from xla_images.generate import plan as plan_module
 from xla_images.generate import render
@@ -25,7 +25,7 @@ from xla_images.model.lockfile import LockEntry, constraints_digest, format_cons
 from xla_images.model.target import content_id
 from xla_images.names import (CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL, IMAGE_CONSTRAINTS,
                               VENV)
-from xla_images.run.check_tool import SHEBANG, check_tool_bytes, write_check_tool
+from xla_images.run.building.check_tool import SHEBANG, check_tool_bytes, write_check_tool
 
 from golden import fixed_flavours
 
@@ -251,6 +251,7 @@ def test_bad_input_is_one_line_exit_2(tool: Path, constraints: Path, tmp_path: P
 def test_the_paths_the_tool_assumes_are_the_images() -> None:
     """imagecheck is standalone (it cannot import names): its defaults must be the paths the image has."""
     assert imagecheck.CONSTRAINTS == IMAGE_CONSTRAINTS and imagecheck.VENV == VENV
+    assert layers.PURE_DIR.startswith(imagecheck.IMAGE_TREE + "/")  # the ABI walk follows site's links there
 
 
 def test_a_metadata_that_is_a_fifo_is_passed_over_not_waited_on(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""run.index against a local fake index: the simple API (JSON and HTML), METADATA by range requests, and the
+"""run.packages.index against a local fake index: the simple API (JSON and HTML), METADATA by range requests, and the
 answers it refuses, each with its rule. The real index is read by tests/unit/test_update_network.py."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from fake_index import FakeIndex, json_page, serving
 from rude_server import RudeServer, answer
 from xla_images.errors import Failure
-from xla_images.run.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile
+from xla_images.run.packages.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile
 
 METADATA = ("Metadata-Version: 2.1\nName: torch_xla\nVersion: 9.1.0\nRequires-Dist: absl-py>=1.0.0\n"
             "Provides-Extra: tpu\nRequires-Dist: libtpu==0.0.99; extra == \"tpu\"\n")
@@ -188,7 +188,7 @@ def test_a_cut_wheel_read_by_range_is_a_metadata_error(index_server: str, make, 
 
 
 def test_a_zip64_extra_field_past_its_entry_is_a_metadata_error() -> None:
-    from xla_images.run.index import _entries
+    from xla_images.run.packages.index import _entries
 
     name = b"torch_xla-9.1.0.dist-info/METADATA"
     extra = b"\x01\x00\x10\x00" + b"\0" * 4  # says 16 bytes of zip64 sizes, holds 4

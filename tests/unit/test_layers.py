@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from xla_images import layers
-from xla_images.run import context
+from xla_images.run.building import context
 
 
 def dist(name: str, requires: list[str], tag: str) -> layers.Dist:

@@ -1,4 +1,4 @@
-"""The host's layer-layout check (xla_images/run/layout.py): wheel facts read from a wheelhouse or an index
+"""The host's layer-layout check (xla_images/run/packages/layout.py): wheel facts read from a wheelhouse or an index
 with range requests, cached by sha256, mapped to the image's paths, and checked with layers.plan/check."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from xla_images import layers
 from xla_images.errors import Failure
 from xla_images.model.lockfile import Lock, LockEntry, read_lock
 from xla_images.model.site import WheelSource
-from xla_images.run import layout
-from xla_images.run.index import JSON_TYPE
+from xla_images.run.packages import layout
+from xla_images.run.packages.index import JSON_TYPE
 
 
 def wheel_bytes(name: str, version: str, files: dict[str, bytes], requires: tuple[str, ...] = (),

@@ -11,7 +11,7 @@ import pytest
 
 from xla_images.errors import Failure
 from xla_images.generate import render, sync
-from xla_images.run import lint
+from xla_images.run.checking import lint
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""run.mirror: which mirror (option beats site), the reference pulled, and every way the mirror can fail --
+"""run.shipping.mirror: which mirror (option beats site), the reference pulled, and every way the mirror can fail --
 each one error under a mirror rule (or the TLS/credential rule that says how to fix it), with nothing tagged.
 A fake mirror on loopback answers the preflight; the engine is faked (these are error paths: the real pull
 through a real proxy registry is tests/engine/test_pull_mirror.py)."""
@@ -13,7 +13,8 @@ from fake_index import serving
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.registry import Mirror
-from xla_images.run import engine, mirror as mirroring
+from xla_images.run import engine
+from xla_images.run.shipping import mirror as mirroring
 from xla_images.run.registry import PASSWORD_ENV, USER_ENV, RetryPolicy
 
 DIGEST = "sha256:" + "d" * 64

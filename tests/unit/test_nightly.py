@@ -1,5 +1,5 @@
 """The nightly channel's pure logic: nightly tags and validation, the lock naming the night, the version gate
-(run.nightly_check), and `lock` picking the newest night."""
+(run.checking.nightly_check), and `lock` picking the newest night."""
 from __future__ import annotations
 
 import textwrap
@@ -9,11 +9,11 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from xla_images.errors import ConfigError, ErrorList, Failure
-from xla_images.generate import sync
 from xla_images.model import lockfile, nightly
 from xla_images.model.flavour import Abi, dev_base, dev_date, nightly_specifier
 from xla_images.model.site import load_site
-from xla_images.run import nightly_check, wheels
+from xla_images.run.checking import nightly_check
+from xla_images.run.packages import lock as wheels
 
 from lifecycle_data import NIGHTLY, NIGHTLY_SOURCE, flavours
 
@@ -222,7 +222,7 @@ def test_lock_resolves_the_newest_night_and_the_plan_takes_its_tags(tmp_path: Pa
     assert pinned.tags == ("nightly_3.11_cpu", "nightly_3.11_cpu_20261201")
     assert pinned.pinned_versions == {"torch": f"{base}.dev20261201", "torch_xla": f"{base}.dev20261201"}
     replanned = load_plan(tmp_path / "matrix.yaml", tmp_path / "site.yaml")
-    assert sync.lock_status(replanned, pinned).state is sync.LockState.FRESH
+    assert lockfile.lock_status(replanned, pinned).state is lockfile.LockState.FRESH
 
 
 def test_a_pinned_nightly_renders_its_night_into_the_dockerfile() -> None:

@@ -1,4 +1,4 @@
-"""run.promote's bookkeeping and its error paths (a stand-in client only for those)."""
+"""run.shipping.promote's bookkeeping and its error paths (a stand-in client only for those)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +11,8 @@ import pytest
 from xla_images.errors import Failure
 from xla_images.model.flavour import Accelerator
 from xla_images.model.registry import Registry
-from xla_images.run import promote
-from xla_images.run.publish import RegistryClient
+from xla_images.run.shipping import promote
+from xla_images.run.shipping.publish import RegistryClient
 from xla_images.run.registry import RetryPolicy
 
 from lifecycle_data import digest, flavours

@@ -1,4 +1,4 @@
-"""run.prune's pure logic: keep/age selection, protect files, published digests and promotions kept, whether the
+"""run.shipping.prune's pure logic: keep/age selection, protect files, published digests and promotions kept, whether the
 registry is ours."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from xla_images.errors import ConfigError
 from xla_images.model.registry import Registry
-from xla_images.run import prune
-from xla_images.run.publish import Published, read_published, record_published
+from xla_images.run.shipping import prune
+from xla_images.run.shipping.publish import Published, read_published, record_published
 
 from lifecycle_data import digest
 

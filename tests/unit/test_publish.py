@@ -17,8 +17,9 @@ from xla_images.errors import ConfigError, Failure
 from xla_images.model.compression import Compression
 from xla_images.model.registry import Registry
 from xla_images.model.target import Target
-from xla_images.run import engine, publish
-from xla_images.run.publish import Credentials, RegistryClient, RetryPolicy
+from xla_images.run import engine
+from xla_images.run.shipping import publish
+from xla_images.run.shipping.publish import Credentials, RegistryClient, RetryPolicy
 from xla_images.run.registry import client as registry_client
 
 DIGEST_A = "sha256:" + "a" * 64

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from xla_images.errors import ConfigError
-from xla_images.run import publish
+from xla_images.run.shipping import publish
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "127.0.0.1:5000/xla-images"

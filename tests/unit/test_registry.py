@@ -55,7 +55,7 @@ REMOTE = ["registry.lan:5000", "10.0.0.1:5000", "[2001:db8::1]:5000", "localhost
 @pytest.mark.parametrize("host", LOOPBACK + REMOTE)
 def test_loopback_is_decided_once_for_the_client_its_hints_and_prune(host: str, tmp_path: Path) -> None:
     """model.registry.is_loopback decides; the registry client's TLS and hints and prune's local registry ask it."""
-    from xla_images.run import prune
+    from xla_images.run.shipping import prune
     from xla_images.run.registry import errors, tls
 
     loopback = host in LOOPBACK

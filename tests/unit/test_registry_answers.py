@@ -15,7 +15,7 @@ import pytest
 from rude_server import Exchange, RudeServer, answer
 from xla_images.errors import Failure
 from xla_images.model.registry import Registry
-from xla_images.run import resolve
+from xla_images.run.shipping import resolve
 from xla_images.run.registry import RegistryClient, RetryPolicy, answers, client as client_module
 
 NO_WAIT = RetryPolicy(attempts=2, first_wait=0.0, max_wait=0.0)

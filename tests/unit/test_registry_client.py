@@ -17,7 +17,7 @@ import pytest
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.registry import Registry
-from xla_images.run import prune, resolve
+from xla_images.run.shipping import prune, resolve
 from xla_images.run.registry import Credentials, RegistryClient, RetryPolicy, auth, client as client_module, tls
 from xla_images.run.registry.errors import unreachable_hint
 

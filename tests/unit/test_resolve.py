@@ -10,7 +10,7 @@ from targets import make_flavour
 from xla_images.errors import Failure
 from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.registry import Registry
-from xla_images.run import publish, resolve
+from xla_images.run.shipping import publish, resolve
 
 DIGEST_A, DIGEST_B, DIGEST_C = ("sha256:" + letter * 64 for letter in "abc")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from xla_images.errors import Failure
-from xla_images.run import sbom
+from xla_images.run.checking import sbom
 from xla_images.model.lockfile import parse_lock
 
 TORCH_SHA = "a" * 64

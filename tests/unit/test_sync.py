@@ -157,11 +157,11 @@ def test_flavour_dropped_from_the_matrix_becomes_an_orphan(tmp_path: Path) -> No
 def test_lock_states(tmp_path: Path) -> None:
     plan = project(tmp_path)
     sync.write(plan)
-    status = {flavour.tag: sync.lock_status(plan, flavour).state for flavour in plan.flavours}
-    assert status == {"r2.6.0_3.11_cpu": sync.LockState.MISSING,
-                      WHEELHOUSE_TAG: sync.LockState.UNAVAILABLE,
-                      "r2.9.0_3.11_tpuvm": sync.LockState.MISSING,
-                      "r2.9.0_3.11_cpu": sync.LockState.MISSING}
+    status = {flavour.tag: lockfile.lock_status(plan, flavour).state for flavour in plan.flavours}
+    assert status == {"r2.6.0_3.11_cpu": lockfile.LockState.MISSING,
+                      WHEELHOUSE_TAG: lockfile.LockState.UNAVAILABLE,
+                      "r2.9.0_3.11_tpuvm": lockfile.LockState.MISSING,
+                      "r2.9.0_3.11_cpu": lockfile.LockState.MISSING}
     for tag in ("r2.6.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu"):
         fake_lock(plan, tag)
     assert [finding for finding in sync.check(plan) if not finding.warning] == []

@@ -17,7 +17,7 @@ from xla_images.generate.plan import load_plan
 from xla_images.model import matrix, wheel_index
 from xla_images.model.flavour import Accelerator
 from xla_images.model.site import load_site
-from xla_images.run.upstream import metadata_pins
+from xla_images.run.packages.upstream import metadata_pins
 
 MATRIX = """\
 schema: 1
@@ -225,7 +225,7 @@ def test_metadata_pins_read_the_tpu_extra() -> None:
 
 @pytest.mark.parametrize("release", ["foo bar", "2.9", "2.9.0\n", "2.9.0; rm -rf /", "\u0662.\u0669.\u0660"])
 def test_a_release_option_that_is_no_version_is_refused_before_the_network(tmp_path: Path, release: str) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
 
@@ -245,17 +245,17 @@ def test_matrix_defaults_are_what_releases_inherit() -> None:
     assert defaults["pythons"] == PYTHONS and defaults["accelerators"] == BOTH
 
 
-# --- run.upstream end to end, against an index in memory ----------------------------------------------------
+# --- run.packages.upstream end to end, against an index in memory ----------------------------------------------------
 
 class MemoryIndex:
-    """The run.index.Index interface over file names; every torch_xla wheel's METADATA pins `libtpu`, every
-    companion's pins torch (`companion_torch`: its version -> the torch it pins; none: no torch requirement)."""
+    """The run.packages.index.Index interface over file names; every torch_xla wheel's METADATA pins `libtpu`,
+    every companion's pins torch (`companion_torch`: its version -> the torch it pins; none: no torch requirement)."""
 
     url = wheel_index.PUBLIC_INDEX
 
     def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str], yanked: frozenset[str] = frozenset(),
                  marker: str = 'extra == "tpu"', companion_torch: dict[str, str | None] | None = None) -> None:
-        from xla_images.run.index import IndexFile
+        from xla_images.run.packages.index import IndexFile
 
         self.names, self.libtpu, self.marker = names, libtpu, marker
         self.companion_torch = companion_torch or {}
@@ -264,7 +264,7 @@ class MemoryIndex:
                                 for name in found] for project, found in names.items()}
 
     def files(self, project: str) -> list:
-        from xla_images.run.index import NotFound
+        from xla_images.run.packages.index import NotFound
 
         if project not in self.pages:
             raise NotFound(f"{self.url}{project}/ answered HTTP 404", rule="index-answer")
@@ -323,7 +323,7 @@ def memory_index(extra: tuple[str, ...] = (), companions: dict[str, str | None] 
 
 
 def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update, write_update
+    from xla_images.run.packages.upstream import plan_update, write_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=memory_index())
@@ -342,7 +342,7 @@ def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> No
 
 
 def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     named = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=memory_index())
@@ -355,7 +355,7 @@ def test_plan_update_of_a_named_release_and_an_absent_one(tmp_path: Path) -> Non
 # --- silent accepts made errors or warnings (issue 35) --------------------------------------------------------
 
 def test_a_release_that_skips_minor_releases_is_left_out_unless_allowed(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     index = memory_index(("9999.0.0", "2.12.0"))
@@ -373,7 +373,7 @@ def test_a_release_that_skips_minor_releases_is_left_out_unless_allowed(tmp_path
 
 
 def test_a_yanked_release_is_not_proposed(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     yanked = frozenset(wheels("torch_xla", "2.10.1", ("3.10", "3.11", "3.12", "3.13")))
@@ -386,7 +386,7 @@ def test_a_yanked_release_is_not_proposed(tmp_path: Path) -> None:
 
 
 def test_a_yanked_file_does_not_count_as_a_wheel(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     yanked = frozenset(wheels("libtpu", "0.0.30", ("3.12",)))
@@ -396,7 +396,7 @@ def test_a_yanked_file_does_not_count_as_a_wheel(tmp_path: Path) -> None:
 
 
 def test_markers_are_evaluated_for_the_matrix_pythons_not_the_host(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -426,7 +426,7 @@ def test_metadata_of_another_wheel_or_too_deep_is_refused(text: str, needle: str
 
 
 def test_write_keeps_a_symlinked_matrix_and_the_modes(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update, write_update
+    from xla_images.run.packages.upstream import plan_update, write_update
 
     shared, repo = tmp_path / "shared", tmp_path / "repo"
     shared.mkdir()
@@ -499,7 +499,7 @@ def without_companions(text: str, release: str | None = None) -> str:
 
 
 def test_a_new_release_records_the_companions_that_pin_its_torch(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     index = memory_index()
@@ -515,7 +515,7 @@ def test_a_new_release_records_the_companions_that_pin_its_torch(tmp_path: Path)
 
 
 def test_a_release_the_matrix_has_without_companions_gains_them(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update, write_update
+    from xla_images.run.packages.upstream import plan_update, write_update
 
     text = without_companions(MATRIX)
     (tmp_path / "matrix.yaml").write_text(text)
@@ -535,7 +535,7 @@ def test_a_release_the_matrix_has_without_companions_gains_them(tmp_path: Path) 
 
 
 def test_companions_are_read_until_a_pin_below_the_torch(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(without_companions(MATRIX, "2.7.0"))
     pins = {"torchvision-0.23.0": "2.8.0", "torchvision-0.22.1": "2.7.1", "torchvision-0.21.0": "2.6.0",
@@ -550,7 +550,7 @@ def test_companions_are_read_until_a_pin_below_the_torch(tmp_path: Path) -> None
 
 
 def test_an_index_without_companions_records_none_and_says_so(tmp_path: Path) -> None:
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.upstream import plan_update
 
     (tmp_path / "matrix.yaml").write_text(MATRIX)
     index = memory_index(companions={key: pin for key, pin in COMPANION_TORCH.items() if key != "torchvision-0.25.0"})
@@ -566,8 +566,8 @@ def test_companions_are_read_from_an_http_index(index_server: str, tmp_path: Pat
     """Over HTTP (range requests into real zips): a companion's METADATA of another project or version is refused,
     the old `torch (==X)` form is read, and a page the index does not have is a warning, not a failure."""
     from fake_index import FakeIndex, json_page, wheel
-    from xla_images.run.index import Index
-    from xla_images.run.upstream import plan_update
+    from xla_images.run.packages.index import Index
+    from xla_images.run.packages.upstream import plan_update
 
     four = ("3.10", "3.11", "3.12", "3.13")
     pages = {project: [name for version in versions for name in wheels(project.replace("-", "_"), version, four)]

@@ -13,11 +13,12 @@ import pytest
 
 from xla_images import names
 from xla_images.errors import ConfigError, Failure
-from xla_images.generate import lock_policy, sync
+from xla_images.generate import sync
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
 from xla_images.model.site import WheelSource
-from xla_images.run import context, wheels
+from xla_images.run.building import context
+from xla_images.run.packages import lock as wheels, wheelhouse as hostwheels
 
 MATRIX = """\
 schema: 1
@@ -207,7 +208,7 @@ def test_closure_evaluates_markers_for_the_target(python: str, has: set[str], la
     older = {("filelock", "3.0.0"), ("torch", "2.8.0"), ("torch_xla", "2.8.1")}
     latest = [spec for spec in INDEX_WHEELS if (spec[0], spec[1]) not in older]
     result = wheels.closure(report_items(latest), ["torch==2.9.0", "torch_xla==2.9.0"],
-                            wheels.target_environment(python))
+                            lockfile.target_environment(python))
     assert result.missing == [] and result.conflicts == []
     assert has <= set(result.names) and not lacks & set(result.names)
     assert {"pysocks", "requests", "absl-py", "mpmath"} <= set(result.names)  # extras followed
@@ -217,7 +218,7 @@ def test_closure_evaluates_markers_for_the_target(python: str, has: set[str], la
 def test_closure_reports_missing_and_conflicting_pins() -> None:
     items = report_items([("torch", "2.9.0", ['setuptools; python_version >= "3.12"', "sympy>=1.13"]),
                           ("sympy", "1.12.0", [])])
-    result = wheels.closure(items, ["torch==2.9.0"], wheels.target_environment("3.12"))
+    result = wheels.closure(items, ["torch==2.9.0"], lockfile.target_environment("3.12"))
     assert result.missing == ["setuptools"]
     assert result.conflicts == ["torch 2.9.0 needs sympy>=1.13, resolved sympy 1.12.0"]
 
@@ -253,7 +254,7 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
         for entry in lockfile.read_lock(plan.root / "Dockerfiles" / tag / names.LOCK_NAME).entries:
             assert files[entry.filename] == entry.sha256 and not entry.local
     fresh = load_plan(plan.matrix_path, overrides=project_overrides(index))
-    assert all(sync.lock_status(fresh, f).state is sync.LockState.FRESH for f in fresh.flavours)
+    assert all(lockfile.lock_status(fresh, f).state is lockfile.LockState.FRESH for f in fresh.flavours)
     assert not [finding for finding in sync.check(fresh) if finding.path.endswith(names.LOCK_NAME)]
 
     again = wheels.lock(fresh, [next(f for f in fresh.flavours if f.tag == "r2.9.0_3.11_cpu")])
@@ -281,9 +282,9 @@ def test_a_release_s_pythons_lock_the_same_python_independent_wheels(tmp_path: P
     assert {tag: lock_names(plan, tag)["filelock"] for tag in ("r2.9.0_3.11_cpu", "r2.9.0_3.12_cpu")} == {
         "r2.9.0_3.11_cpu": "3.1.0", "r2.9.0_3.12_cpu": "3.1.0"}
     flavour312 = next(f for f in plan.flavours if f.tag == "r2.9.0_3.12_cpu")
-    assert lock_policy.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
-    assert lock_policy.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
-    assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
+    assert lockfile.aligned_pins(plan, flavour312) == ("filelock==3.1.0",)  # roots (torch, libtpu...) excluded
+    assert lockfile.aligned_pins(plan, next(f for f in plan.flavours if f.tag == "r2.9.0_3.11_cpu")) == ()
+    assert all(lockfile.lock_status(plan, flavour).state is lockfile.LockState.FRESH for flavour in plan.flavours)
     assert not any("do not resolve here" in message for message in messages)
 
 
@@ -300,7 +301,7 @@ def test_pins_that_do_not_resolve_for_a_newer_python_fall_back_to_a_free_resolut
     assert lock_names(plan, "r2.9.0_3.12_cpu")["filelock"] == "3.1.0"
     assert any("r2.9.0_3.12_cpu" in message and "the python-independent pins of python 3.11 do not resolve here"
                in message for message in messages), messages
-    assert all(sync.lock_status(plan, flavour).state is sync.LockState.FRESH for flavour in plan.flavours)
+    assert all(lockfile.lock_status(plan, flavour).state is lockfile.LockState.FRESH for flavour in plan.flavours)
 
 
 def test_a_changed_anchor_lock_makes_the_other_pythons_stale(tmp_path: Path) -> None:
@@ -309,9 +310,9 @@ def test_a_changed_anchor_lock_makes_the_other_pythons_stale(tmp_path: Path) -> 
     wheels.lock(plan, list(plan.flavours))
     anchor = plan.root / "Dockerfiles" / "r2.9.0_3.11_cpu" / names.LOCK_NAME
     anchor.write_text(anchor.read_text().replace("filelock==3.1.0", "filelock==3.0.9"))
-    states = {flavour.tag: sync.lock_status(plan, flavour).state for flavour in plan.flavours}
-    assert states["r2.9.0_3.12_cpu"] is sync.LockState.STALE
-    assert states["r2.9.0_3.11_tpuvm"] is sync.LockState.FRESH  # the anchor python's own locks do not align
+    states = {flavour.tag: lockfile.lock_status(plan, flavour).state for flavour in plan.flavours}
+    assert states["r2.9.0_3.12_cpu"] is lockfile.LockState.STALE
+    assert states["r2.9.0_3.11_tpuvm"] is lockfile.LockState.FRESH  # the anchor python's own locks do not align
 
 
 def project_overrides(index: Path) -> tuple[str, ...]:
@@ -345,7 +346,7 @@ def test_failures_do_not_stop_the_others_and_siblings_lock_alone(tmp_path: Path,
                                                               "r2.9.0_3.11_tpuvm"]
     assert not (tmp_path / "Dockerfiles" / "r2.7.0_3.11_cpu" / names.LOCK_NAME).exists()
     alone = next(flavour for flavour in plan.flavours if flavour.tag == "r2.8.1_3.11_cpu")
-    assert sync.lock_status(plan, alone).state is sync.LockState.FRESH
+    assert lockfile.lock_status(plan, alone).state is lockfile.LockState.FRESH
     assert set(lock_names(plan, "r2.8.1_3.11_cpu")) == {"torch", "torch-xla", "filelock"}
 
 
@@ -378,17 +379,17 @@ def test_fetch_downloads_each_wheel_once_and_verifies(tmp_path: Path, index: Pat
     wheels.lock(plan, list(plan.flavours))
     plan = load_plan(plan.matrix_path, overrides=project_overrides(index))
     house = tmp_path / "house"
-    result = wheels.fetch(plan, list(plan.flavours), house)
+    result = hostwheels.fetch(plan, list(plan.flavours), house)
     every = {entry.filename: entry.sha256 for flavour in plan.flavours
              for entry in lockfile.read_lock(plan.lock_path(flavour)).entries}
     assert sorted(result.downloaded) == sorted(every)  # shared wheels once
     assert {path.name: sha256(path) for path in house.iterdir()} == every
-    again = wheels.fetch(plan, list(plan.flavours), house)
+    again = hostwheels.fetch(plan, list(plan.flavours), house)
     assert again.downloaded == () and again.present == sum(
         len(lockfile.read_lock(plan.lock_path(flavour)).entries) for flavour in plan.flavours)
     corrupt = house / "torch-2.9.0-py3-none-any.whl"
     corrupt.write_bytes(b"not the locked file")
-    repaired = wheels.fetch(plan, list(plan.flavours), house)
+    repaired = hostwheels.fetch(plan, list(plan.flavours), house)
     assert repaired.downloaded == ("torch-2.9.0-py3-none-any.whl",)
     assert sha256(corrupt) == every[corrupt.name]
 
@@ -410,11 +411,11 @@ def test_wheels_for_finds_locked_files_and_insists_on_local_ones(tmp_path: Path,
         lockfile.LockEntry("b", "1.0", "0" * 64, "b-1.0-py3-none-any.whl"),
         lockfile.LockEntry("c", "1.0", "0" * 64, "c-1.0-py3-none-any.whl"),
     ))
-    found = wheels.wheels_for(flavour, lock, [first, second])
+    found = hostwheels.wheels_for(flavour, lock, [first, second])
     assert found == [first / "a-1.0-py3-none-any.whl", second / "b-1.0-py3-none-any.whl"]
     local = lockfile.Lock(lock.inputs, (*lock.entries, lockfile.LockEntry("d", "1.0", "0" * 64, "d-1.0.whl", True)))
     with pytest.raises(Failure) as caught:
-        wheels.wheels_for(flavour, local, first)
+        hostwheels.wheels_for(flavour, local, first)
     assert "d-1.0.whl" in caught.value.message
     assert f"wheel-builds/build-wheels.sh {flavour.wheel_build.name} " in caught.value.hint
 
@@ -426,5 +427,5 @@ def test_fetch_refuses_a_missing_wheelhouse_wheel(tmp_path: Path, index: Path) -
     plan.lock_path(flavour).parent.mkdir(parents=True)
     plan.lock_path(flavour).write_text(lockfile.format_lock(flavour, "sha256:" + "0" * 64, [entry]))
     with pytest.raises(Failure) as caught:
-        wheels.fetch(plan, [flavour], tmp_path / "house")
+        hostwheels.fetch(plan, [flavour], tmp_path / "house")
     assert caught.value.rule == "wheelhouse-complete"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from xla_images import names
-from xla_images.generate import lock_policy
+
 from xla_images.generate.plan import load_plan
 from xla_images.model import lockfile
-from xla_images.run import wheels
+from xla_images.run.packages import lock as wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def test_real_lock_matches_the_committed_one(tmp_path: Path) -> None:
         if other.python == anchor and lockfile.release_family(other) == lockfile.release_family(flavour):
             plan.lock_path(other).parent.mkdir(parents=True)
             shutil.copy(ROOT / "Dockerfiles" / other.tag / names.LOCK_NAME, plan.lock_path(other))
-    if not lock_policy.aligned_pins(plan, flavour):
+    if not lockfile.aligned_pins(plan, flavour):
         pytest.skip(f"{flavour.tag} is its release's lowest python: no committed lock to align with")
     started = time.monotonic()
     report = wheels.lock(plan, [flavour])

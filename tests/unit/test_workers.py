@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from xla_images.run.workers import Workers
+from xla_images.run.building.workers import Workers
 
 # SIGINT raises KeyboardInterrupt however the suite was started (tests/conftest.py).
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("ctrl_c_raises")]

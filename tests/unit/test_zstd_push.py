@@ -1,4 +1,4 @@
-"""run.zstd_push against an in-memory registry that keeps upload sessions the way distribution does (POST opens,
+"""run.shipping.zstd_push against an in-memory registry that keeps upload sessions the way distribution does (POST opens,
 PATCH appends at the Content-Range offset, PUT ?digest= checks the sha256) and a fake engine export in docker
 save's OCI layout. The real `zstd` compresses; what is uploaded is decompressed again and compared."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import requests
 from xla_images.errors import Failure
 from xla_images.model.compression import OCI_MANIFEST, Compression
 from xla_images.model.registry import Registry
-from xla_images.run import zstd_push
+from xla_images.run.shipping import zstd_push
 from xla_images.run.registry import RegistryClient, RetryPolicy
 
 NO_WAIT = RetryPolicy(attempts=1, first_wait=0, max_wait=0)

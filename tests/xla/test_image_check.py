@@ -1,5 +1,5 @@
 """`xla-images-check` against the host's real venv (torch + torch_xla), as the image runs it: the zipapp that
-run.check_tool writes, run by a python on the venv. The mutations happen in a hard-linked copy of the venv (new
+run.building.check_tool writes, run by a python on the venv. The mutations happen in a hard-linked copy of the venv (new
 files and renamed directories only: no linked file is written), each in its own copy.
 
 Its figures (wall time) are benchmarks/bench_image_check.py's.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_images.run.check_tool import write_check_tool
+from xla_images.run.building.check_tool import write_check_tool
 
 HOST_VENV = Path(sys.prefix)
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "abi" / "ground_truth"

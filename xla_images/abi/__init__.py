@@ -14,7 +14,7 @@ The modules, each with one job: `words` (names, verdicts, rules, the one error h
 the dynamic tables), `mangling` (ABI markers of mangled names, twins, demangling), `files` (walking trees),
 `wheel` (reading wheels), `inspection`, `metadata` (dist-info), `loader`, `check`, `verdict`, `report` (plain
 text), `cli` (the standalone command line), `standalone` (the one-file zipapp). Images are read by
-`xla_images.run.abi_images`, which needs the engine.
+`xla_images.run.checking.abi_images`, which needs the engine.
 
 ``--json`` prints `PackageReport.to_json` for inspect and `CheckReport.to_json` for check (an array, one per
 site-packages, for an image).

@@ -37,13 +37,14 @@ def host_system() -> SystemLibraries:
 
 
 def check_site_packages(path: Path, system: SystemLibraries | None = None, *,
-                        display: str | None = None) -> CheckReport:
+                        display: str | None = None, also_inside: tuple[Path, ...] = ()) -> CheckReport:
     """Judge every extension under a site-packages (or a venv root holding one). system: the target's system
-    libraries (default: this machine's)."""
+    libraries (default: this machine's); also_inside: trees outside the site whose directory links are followed
+    (see walk_shared_objects)."""
     # Absolute before anything: $ORIGIN expands to the library's directory, and the loader (as ld.so) searches
     # absolute directories only, so a relative site turned every RUNPATH of torch_xla into "library not found".
     site = find_torch_site(Path(os.path.abspath(path)))
-    return _check_site(site, display=display or str(path), system=system or host_system())
+    return _check_site(site, display=display or str(path), system=system or host_system(), also_inside=also_inside)
 
 
 def check_path_target(target: str) -> CheckReport:
@@ -77,10 +78,11 @@ def has_torch_libraries(site: Path) -> bool:
     return library.is_dir() and (any(library.glob("libtorch*.so*")) or any(library.glob("libc10*.so*")))
 
 
-def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckReport:
+def _check_site(site: Path, *, display: str, system: SystemLibraries,
+                also_inside: tuple[Path, ...] = ()) -> CheckReport:
     loader = Loader(site, system)
     notes = WalkNotes()
-    torch, others = _split_site(site, loader, notes)
+    torch, others = _split_site(site, loader, notes, also_inside)
     if not torch:
         raise usage_error(f"no torch library could be read under {site}{outside_remark(notes)}",
                           hint="pass the tree that holds torch/lib itself: directory links leading out of the tree "
@@ -122,11 +124,12 @@ def _check_site(site: Path, *, display: str, system: SystemLibraries) -> CheckRe
                        torch_version, system.known)
 
 
-def _split_site(site: Path, loader: Loader, notes: WalkNotes) -> tuple[list[Library], list[tuple[str, Library]]]:
+def _split_site(site: Path, loader: Loader, notes: WalkNotes,
+                also_inside: tuple[Path, ...]) -> tuple[list[Library], list[tuple[str, Library]]]:
     """(torch's own shared objects, (relative path, library) of every other one) under site."""
     torch: list[Library] = []
     others: list[tuple[str, Library]] = []
-    for relative, full in walk_shared_objects(site, notes):
+    for relative, full in walk_shared_objects(site, notes, also_inside):
         parts = Path(relative).parts
         library = loader.library(full)
         if parts[0] == "torch" and (len(parts) == 2 or parts[1] == "lib"):

@@ -57,9 +57,11 @@ def _inside(real: str, root_real: str) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def walk_shared_objects(root: Path, notes: WalkNotes | None = None) -> Iterator[tuple[str, Path]]:
+def walk_shared_objects(root: Path, notes: WalkNotes | None = None,
+                        also_inside: tuple[Path, ...] = ()) -> Iterator[tuple[str, Path]]:
     """(path relative to root, path) of each ELF shared object under root, following symlinks once, and directory
-    links only while they stay inside root (those that leave it are added to notes.outside).
+    links only while they stay inside root or one of also_inside (a tree the caller vouches for, such as the
+    image's own /opt/xla-images that site-packages links into); those that leave are added to notes.outside.
 
     Iterative (os.walk recurses once per level in python 3.11: a deep tree would end in RecursionError), and a
     directory or library that cannot be read is a usage error: skipping it would give a verdict on part of
@@ -67,7 +69,7 @@ def walk_shared_objects(root: Path, notes: WalkNotes | None = None) -> Iterator[
     # Files and directories are known by (device, inode) after following symlinks: os.path.realpath costs one
     # lstat per path component, quadratic in a deep tree.
     seen: set[tuple[int, int]] = set()
-    root_real = os.path.realpath(root)
+    inside_reals = [os.path.realpath(root), *(os.path.realpath(tree) for tree in also_inside)]
     pending = [(str(root), "")]
     while pending:
         directory, relative = pending.pop()
@@ -87,7 +89,7 @@ def walk_shared_objects(root: Path, notes: WalkNotes | None = None) -> Iterator[
         for entry in entries:
             inside = f"{relative}{entry.name}"
             if _is_directory(entry):
-                if entry.is_symlink() and not _inside(os.path.realpath(entry.path), root_real):
+                if entry.is_symlink() and not any(_inside(os.path.realpath(entry.path), tree) for tree in inside_reals):
                     if notes is not None:
                         notes.outside.append(f"{inside} -> {os.readlink(entry.path)}")
                     continue

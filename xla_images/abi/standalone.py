@@ -1,6 +1,6 @@
 """The ABI tool as one file that runs anywhere python does: `python abi.pyz inspect|check PATH [--json]`.
 
-Wheel builds (wheel-builds/build-wheels.sh) and the in-image check (run/image_checks) run the tool where
+Wheel builds (wheel-builds/build-wheels.sh) and the in-image check (run/checking/image_checks) run the tool where
 xla_images is not installed. The zipapp holds this package, the two modules of xla_images it imports (the
 package's `__init__` and `errors`) and nothing else: the tool needs only the standard library. Its bytes depend only
 on the sources (fixed member order and timestamps).

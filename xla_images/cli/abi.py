@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .. import abi as abi_tools
 from ..errors import Failure
-from ..run import abi_images
+from ..run.checking import abi_images
 
 MISSING_SHOWN = 20
 

@@ -1,4 +1,4 @@
-"""`base`: bootstrap `xla-images/base:<python>` from Debian packages (run.base)."""
+"""`base`: bootstrap `xla-images/base:<python>` from Debian packages (run.building.base)."""
 from __future__ import annotations
 
 import click
@@ -6,7 +6,7 @@ from packaging.version import Version
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
-from ..run import base as bases
+from ..run.building import base as bases
 from .common import plan_options
 
 

@@ -1,4 +1,4 @@
-"""`bench`: the compile sweep (loop vs scan_layers) and tracing speed of built images (run.bench), side by side."""
+"""`bench`: the compile sweep (loop vs scan_layers) and tracing speed of built images (run.checking.bench), side by side."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from .. import extras
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..names import REPORTS
-from ..run import bench as benching
-from ..run.build import require_built
+from ..run.checking import bench as benching
+from ..run.building.build import require_built
 from .common import figure, in_ci, plan_options, reports_option, say, select
 
 

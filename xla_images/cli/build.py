@@ -1,4 +1,4 @@
-"""`build`: build flavour images on the Docker engine (run.build), with a live or plain progress display."""
+"""`build`: build flavour images on the Docker engine (run.building.build), with a live or plain progress display."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +16,7 @@ from .. import userfiles
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..model.target import Target
-from ..run import build as building
+from ..run.building import build as building
 from .common import flavour_filters, in_ci, plan_options, reports_option, select
 
 FAILURE_TAIL_LINES = 25

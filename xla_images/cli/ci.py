@@ -8,7 +8,7 @@ import click
 from ..errors import Failure
 from ..generate import cigen, sync
 from ..generate.plan import Plan
-from ..run import bake as baking
+from ..run.building import bake as baking
 from .common import flavour_filters, plan_options, select
 
 

@@ -9,7 +9,8 @@ import click
 from ..generate.plan import Plan
 from ..model.registry import Registry
 from ..names import PUBLISHED_NAME
-from ..run import promote as promoting, prune as pruning, registry as registries
+from ..run.shipping import promote as promoting, prune as pruning
+from ..run import registry as registries
 from .common import flavour_filters, plan_options, published_option, say, select
 
 

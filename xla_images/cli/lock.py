@@ -1,4 +1,4 @@
-"""`lock`: resolve each flavour's wheels and write Dockerfiles/<tag>/requirements.lock (run.wheels)."""
+"""`lock`: resolve each flavour's wheels and write Dockerfiles/<tag>/requirements.lock (run.packages.lock)."""
 from __future__ import annotations
 
 import time
@@ -6,9 +6,8 @@ import time
 import click
 
 from ..errors import Failure
-from ..generate import sync
 from ..generate.plan import Plan
-from ..run import layout, wheels as wheels_module
+from ..run.packages import lock as locks
 from .common import flavour_filters, plan_options, select
 
 
@@ -38,13 +37,12 @@ def lock(plan: Plan, flavours: tuple[str, ...], filters: dict[str, str | None], 
     """
     chosen = select(plan, flavours, filters)
     if stale_only:
-        chosen = [flavour for flavour in chosen
-                  if sync.lock_status(plan, flavour).state is not sync.LockState.FRESH]
+        chosen = locks.stale(plan, chosen)
         if not chosen:
             click.echo("every selected lock is fresh")
             return
     started = time.monotonic()
-    report = wheels_module.lock(plan, chosen, jobs=jobs, progress=click.echo)
+    report = locks.lock(plan, chosen, jobs=jobs, progress=click.echo)
     for item in report.skipped:
         click.echo(f"skipped {item.tag}: {item.reason}", err=True)
     for result in report.locked:
@@ -53,8 +51,7 @@ def lock(plan: Plan, flavours: tuple[str, ...], filters: dict[str, str | None], 
     for failure in report.failed:
         click.echo(f"not locked: {', '.join(failure.tags)}\n{failure.error.render()}", err=True)
     locked_tags = {result.path.parent.name for result in report.locked}
-    layout.require_clean(layout.check_locks(plan, [flavour for flavour in chosen if flavour.tag in locked_tags],
-                                            progress=click.echo))
+    locks.check_layouts(plan, [flavour for flavour in chosen if flavour.tag in locked_tags], progress=click.echo)
     click.echo(f"{len(report.locked)} lock(s) in {time.monotonic() - started:.1f}s, {len(report.skipped)} skipped, "
                f"{len(report.failed)} group(s) failed")
     named = {plan.select((name,))[0].tag for name in flavours}

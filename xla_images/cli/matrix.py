@@ -7,8 +7,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..generate import sync
 from ..generate.plan import Plan
+from ..model import lockfile
 from .common import flavour_filters, plan_options
 
 
@@ -27,7 +27,7 @@ def list_flavours(plan: Plan, filters: dict[str, str | None], as_json: bool) -> 
     """
     flavours = plan.select((), **filters)
     # Whether the committed lock is fresh: a flavour without one cannot be built, and CI skips it with a warning.
-    locks = {flavour.tag: sync.lock_status(plan, flavour).state.value for flavour in flavours}
+    locks = {flavour.tag: lockfile.lock_status(plan, flavour).state.value for flavour in flavours}
     if as_json:
         click.echo(json.dumps([{**flavour.to_json(), "lock": locks[flavour.tag]} for flavour in flavours], indent=2))
         return

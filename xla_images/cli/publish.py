@@ -12,7 +12,8 @@ from ..errors import ConfigError
 from ..generate.plan import Plan
 from ..model.registry import Mirror, Registry
 from ..names import PUBLISHED_NAME
-from ..run import engine, mirror as mirroring, publish, registry as registries, resolve as resolving, sign as signing
+from ..run import registry as registries
+from ..run.shipping import mirror as mirroring, publish, pull as pulling, resolve as resolving, sign as signing
 from .common import flavour_filters, plan_options, published_option, say, select
 
 
@@ -138,18 +139,7 @@ def pull(resolved: resolving.Resolved, mirror: Mirror | None, named: tuple[str, 
     from the mirror by digest, then tagged with the registry's name; prints that local name HOST/REPO:TAG.
     A mirror that cannot serve the digest is an error (rule mirror-*), never a silent pull from the registry.
     """
-    if mirror is not None:
-        pulled = mirroring.pull_through(resolved.ref, resolved.tag, mirror, say)
-        say(f"pulled {pulled.mirror_ref} as image {pulled.image_id}, tagged {pulled.local_ref} ({resolved.ref})")
-        click.echo(pulled.local_ref)
-        return
-    registry = resolving.registry_of(resolved.ref)
-    credentials = registries.load_credentials(registry.host, named=named)
-    with registries.redacting(credentials):
-        auth = credentials.auth_config(registry.host) if credentials else None
-        image_id = engine.transfer.pull_image(resolved.ref, auth, say)
-    say(f"pulled {resolved.ref} as image {image_id}")
-    click.echo(resolved.ref)
+    click.echo(pulling.pull(resolved, mirror, named, say))
 
 
 @click.group("published")

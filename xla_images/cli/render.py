@@ -6,7 +6,8 @@ import click
 from ..errors import Failure
 from ..generate import sync
 from ..generate.plan import Plan
-from ..run import layout, lint as lint_module
+from ..run.packages import lock as locks
+from ..run.checking import lint as lint_module
 from .common import plan_options
 
 
@@ -47,8 +48,7 @@ def render(plan: Plan, check_only: bool, offline: bool) -> None:
         if drift:
             raise Failure(f"{len(drift)} generated file(s) out of date", rule="render-drift",
                           hint="run `./build.py render` (and `./build.py lock` for locks), then commit the result")
-        checked = layout.check_locks(plan, plan.flavours, offline=offline, progress=click.echo)
-        layout.require_clean(checked)
+        checked = locks.check_layouts(plan, plan.flavours, offline=offline, progress=click.echo)
         unchecked = [result.tag for result in checked if not result.checked]
         if unchecked:
             click.echo(f"layout not checked (offline, wheels not cached): {', '.join(unchecked)}", err=True)

@@ -5,10 +5,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import ConfigError
 from ..generate.plan import Plan
-from ..names import TAG_LABEL, local_ref
-from ..run import engine, sbom as sboms
+from ..run.checking import sbom as sboms
 from .common import plan_options, say
 
 
@@ -32,18 +30,8 @@ def sbom(plan: Plan, name: str, output: Path | None) -> None:
       build.py sbom r2.9.0_3.11_cpu -o sbom.cdx.json
       build.py sbom 127.0.0.1:5000/xla-images@sha256:...
     """
-    flavour = sboms.flavour_of(plan, name)
-    image = local_ref(flavour.tag) if flavour is not None else name
-    if flavour is None and not any(ch in name for ch in ":/@"):
-        raise ConfigError(f"{name!r} is neither a flavour of the matrix nor an image reference",
-                          rule="flavour-exists", hint="`build.py list` shows the tags; images look like REPO:TAG")
-    subject = sboms.local_subject(image)
-    if flavour is None:
-        labelled = (engine.images.image_labels(image) or {}).get(TAG_LABEL)
-        flavour = sboms.flavour_of(plan, labelled) if labelled else None
-    made = sboms.image_sbom(plan, flavour, image, subject, say)
+    made, subject = sboms.sbom_command(plan, name, output, say)
     if output is None:
         click.echo(made.to_json(), nl=False)
         return
-    sboms.write(made, output)
     say(f"SBOM of {subject.ref}: {len(made.bom.components)} components, written to {output}")

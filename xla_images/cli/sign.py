@@ -8,7 +8,9 @@ import click
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
-from ..run import publish, registry as registries, sbom as sboms, sign as signing
+from ..run.shipping import publish, sign as signing
+from ..run import registry as registries
+from ..run.checking import sbom as sboms
 from .common import flavour_filters, plan_options, published_option, reports_option, say, select
 
 

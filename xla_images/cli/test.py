@@ -1,4 +1,4 @@
-"""`test`: image checks, the smoke suite and the SBOM of built images (run.image_tests), as a table."""
+"""`test`: image checks, the smoke suite and the SBOM of built images (run.checking.image_tests), as a table."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +10,7 @@ from rich.table import Table
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..names import REPORTS
-from ..run import image_tests
+from ..run.checking import image_tests
 from .common import figure, flavour_filters, in_ci, plan_options, reports_option, say, select
 
 

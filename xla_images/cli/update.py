@@ -6,7 +6,7 @@ import click
 from ..errors import ConfigError, Failure
 from ..generate import sync
 from ..generate.plan import Plan, plan_for_site
-from ..run import upstream
+from ..run.packages import upstream
 from .common import plan_options
 
 

@@ -1,4 +1,4 @@
-"""`wheels fetch`: download the locked wheels into the host wheelhouse (run.wheels)."""
+"""`wheels fetch`: download the locked wheels into the host wheelhouse (run.packages.wheelhouse)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from ..generate.plan import Plan
-from ..run import wheels as wheels_module
+from ..run.packages import wheelhouse as wheels_module
 from .common import flavour_filters, plan_options, select
 
 

@@ -7,7 +7,7 @@ Builds of 30+ flavours outgrow one machine, so they fan out on engines that alre
 Committed files must be the same on every site (like the rendered Dockerfiles), so nothing site-specific goes into
 them: the workflows ask `./build.py list --json` for the matrix at run time, and the bake file names the built-in
 default registry (`REGISTRY` variable) and a contexts directory. `ci bake --contexts DIR` assembles the build
-contexts (run.bake) and writes a second, uncommitted bake file (`bake_override`) with what depends on the site and
+contexts (run.building.bake) and writes a second, uncommitted bake file (`bake_override`) with what depends on the site and
 the files on disk: the site's registry, each flavour's base image and content-addressed id.
 """
 from __future__ import annotations

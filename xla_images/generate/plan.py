@@ -28,7 +28,7 @@ BUILD_SCRIPTS: dict[str, Path] = {
 
 
 def check_tool_sources() -> dict[str, Path]:
-    """The sources the image's `xla-images-check` zipapp is made of (run/check_tool.py packs them): the imagecheck
+    """The sources the image's `xla-images-check` zipapp is made of (run/building/check_tool.py packs them): the imagecheck
     package, the abi package and the two modules of xla_images they import. Found by path, not imported: both
     packages sit above generate. tests/unit/test_imagecheck.py holds this list to the zipapp's members."""
     package = Path(layers.__file__).resolve().parent

@@ -5,7 +5,7 @@ matrix therefore renders the same bytes on every machine, which is what lets the
 checked (`render --check`, generate.sync), the way docker-library keeps its generated Dockerfiles.
 
 Site-specific facts (base image, wheel source, CA bundle, registry) reach a build through build args and the
-build context (run.context.write_context), never through these files.
+build context (run.building.context.write_context), never through these files.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ Every file xla-images generates goes through here, whichever command made it:
   files (ci/github/*.yml, docker-bake.json), schemas/*.schema.json and docs/rules.md. `write` writes those
   that differ and removes orphans; `check` reports each as missing, stale or orphan. `ci github|bake
   [--check]` use the same `write_files`/`drift` on their part of the set.
-* resolved, not rendered: Dockerfiles/<tag>/requirements.lock. `lock` (run.wheels) writes it with
-  `write_if_changed`; its freshness is its `# inputs:` header against what the plan asks now (`lock_status`),
+* resolved, not rendered: Dockerfiles/<tag>/requirements.lock. `lock` (run.packages.lock) writes it with
+  `write_if_changed`; its freshness is its `# inputs:` header against what the plan asks now (`model.lockfile.lock_status`),
   so `check` needs no network.
 
 Contract: a write never leaves half a file (diskio.write_text_atomic: an exclusive temporary file beside it,
@@ -20,7 +20,6 @@ read is bounded (userfiles: a fifo, device, link, huge or non-UTF-8 file is repo
 """
 from __future__ import annotations
 
-import enum
 import os
 import stat
 from dataclasses import dataclass
@@ -29,9 +28,8 @@ from pathlib import Path
 from .. import diskio, userfiles
 from ..errors import ConfigError
 from ..model import lockfile
-from ..model.target import Target
 from ..names import CONSTRAINTS_NAME, DOCKERFILES, GENERATED_MARK, LOCK_NAME, WHEEL_BUILD_SCRIPT, WHEEL_BUILDS_DIR
-from . import cigen, lock_policy, render, rulesdoc, schemas
+from . import cigen, render, rulesdoc, schemas
 from .plan import Plan
 from .render import RENDER_COMMAND
 
@@ -280,47 +278,16 @@ def _read(path: Path) -> str | None:
 
 # --- locks ------------------------------------------------------------------------------------------------
 
-class LockState(enum.Enum):
-    FRESH = "fresh"
-    MISSING = "missing"
-    STALE = "stale"
-    UNAVAILABLE = "unavailable"  # no lock, and its wheels cannot be resolved on this site
-
-
-@dataclass(frozen=True)
-class LockStatus:
-    state: LockState
-    detail: str = ""
-
-
-def lock_status(plan: Plan, flavour: Target) -> LockStatus:
-    """Compare the committed lock with the inputs the matrix and site give now (no network)."""
-    path = plan.lock_path(flavour)
-    if not os.path.lexists(path):
-        reason = lockfile.unavailable_reason(plan.site, flavour.wheel_source, flavour)
-        if reason:
-            return LockStatus(LockState.UNAVAILABLE, f"unlocked (wheels not available here): {reason}")
-        return LockStatus(LockState.MISSING, "no lock")
-    try:
-        lock = lockfile.read_lock(path)
-    except ConfigError as error:
-        return LockStatus(LockState.STALE, f"unreadable ({error.message})")
-    if lock.inputs not in lock_policy.accepted_inputs(plan, flavour):
-        return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
-                                           "wheel source changed since)")
-    return LockStatus(LockState.FRESH)
-
-
 def _lock_findings(plan: Plan) -> list[Finding]:
     findings = []
     for flavour in plan.flavours:
-        status = lock_status(plan, flavour)
+        status = lockfile.lock_status(plan, flavour)
         relative = str(plan.lock_path(flavour).relative_to(plan.root))
         command = f"./build.py lock {flavour.tag}"
-        if status.state is LockState.MISSING:
+        if status.state is lockfile.LockState.MISSING:
             findings.append(Finding("missing", relative, f"no lock; run `{command}`"))
-        elif status.state is LockState.STALE:
+        elif status.state is lockfile.LockState.STALE:
             findings.append(Finding("stale", relative, f"{status.detail}; run `{command}`"))
-        elif status.state is LockState.UNAVAILABLE:
+        elif status.state is lockfile.LockState.UNAVAILABLE:
             findings.append(Finding("unlocked", relative, status.detail, warning=True))
     return findings

@@ -1,6 +1,6 @@
 """What a torch_xla release's upstream facts mean for matrix.yaml: the edit, as new text and a diff.
 
-`run.upstream` reads the facts from the package index; this module decides, without the network:
+`run.packages.upstream` reads the facts from the package index; this module decides, without the network:
 * the release block: torch, the git revisions, python_support (the pythons for which torch_xla and torch both
   have wheels), libtpu (the `tpu` extra's exact pin);
 * the companions (torchvision, torchaudio): the version of each whose METADATA pins the release's torch, a
@@ -11,7 +11,7 @@
   blank line and the order of what is there stay as written; the release goes before the first newer one.
 
 `validate` checks the new text as a whole (every matrix rule, the site's, and wheel-python against the facts just
-read); run.upstream calls it before anything is written, so an edit that does not validate is an error, not a file.
+read); run.packages.upstream calls it before anything is written, so an edit that does not validate is an error, not a file.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ RULE = "update-edit"
 
 @dataclass(frozen=True)
 class ReleaseFacts:
-    """What the index says about one torch_xla release (run.upstream reads it)."""
+    """What the index says about one torch_xla release (run.packages.upstream reads it)."""
 
     torch_xla: str
     torch: str

@@ -7,7 +7,7 @@ Three questions, each answered from files (nothing of torch is imported):
 * would every extension of the venv that links torch load (the `xla_images.abi` check of the whole venv)?
 
 It imports only the standard library, `xla_images.errors` and `xla_images.abi`, so the image carries it as one
-executable zipapp holding this package and the abi package (run.check_tool writes it; the same abi code the build
+executable zipapp holding this package and the abi package (run.building.check_tool writes it; the same abi code the build
 and `build.py abi check` run, not a copy of its logic). Exit 0 fine, 1 a problem (each named), 2 bad input (facts
 or venv missing, an unreadable file: one line).
 """

@@ -21,6 +21,10 @@ from ..errors import ConfigError
 # Where the image keeps them (xla_images.names has the same paths; this package is standalone: it cannot import it).
 CONSTRAINTS = "/opt/xla-images/constraints.txt"
 VENV = "/opt/venv"
+# The image's own tree: the layer layout keeps python-independent wheels (CUDA libraries, sympy...) under
+# /opt/xla-images/any and links them from site-packages (xla_images.layers.PURE_DIR; a unit test ties the two).
+# The ABI walk follows those links here, where they are the image's own files; not on the host.
+IMAGE_TREE = "/opt/xla-images"
 # The packages that make the flavour: a derived image that changed one of them is another image.
 FLAVOUR_PACKAGES = ("torch", "torch-xla", "libtpu")
 RULE_FACTS = "check-facts"
@@ -226,7 +230,8 @@ def _abi_cause(extension: abi.ExtensionCheck, torch_abi: str | None) -> str:
     return f"{extension.verdict} ({evidence})" if evidence else extension.verdict
 
 
-def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_pip: bool = True) -> CheckResult:
+def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_pip: bool = True,
+                image_tree: Path = Path(IMAGE_TREE)) -> CheckResult:
     """Every check; bad input raises ConfigError (exit 2), problems are in the result (exit 1)."""
     started = time.monotonic()
     tag, pins = read_pins(constraints)
@@ -242,7 +247,7 @@ def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_
                           hint="reinstall the package that holds it (`pip install --force-reinstall`), or remove it")
     result = CheckResult(tag, str(venv), str(site), packages, problems)
     if abi.has_torch_libraries(site):
-        report = abi.check_site_packages(site)
+        report = abi.check_site_packages(site, also_inside=(image_tree,) if image_tree.is_dir() else ())
         result.problems += abi_problems(report, expected_abi)
         result.abi_verdict, result.abi_summary = report.verdict, report.summary
         result.extensions = len(report.extensions)

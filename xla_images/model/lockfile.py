@@ -4,24 +4,38 @@ A lock pins a target's FULL wheel closure, one `name==version --hash=sha256:... 
 sorted, so an image build installs with `--require-hashes` and gets exactly the files that were resolved. Its
 header records `# inputs: sha256:<hash>` of what it was resolved from (`lock_inputs`: requirements, the group
 union, python, platforms and the wheel source), so a stale lock is found without the network. Locks are
-resolved by run.wheels (pip) and checked by generate.sync; a nightly's lock is also the one record of which
-night it installs (model.nightly).
+made and checked by run.packages.lock (the one run module for them); a nightly's lock is also the one record of
+which night it installs (model.nightly).
+
+Which inputs a lock may be resolved from, and so when it is fresh (`attempts`, `lock_status`):
+
+A release family (one torch_xla, ABI and wheel source) is locked python by python, the lowest (the anchor) first.
+A flavour is resolved together with the flavours that differ from it only by accelerator (its group), and, off the
+anchor python, with the anchor's python-independent pins too (`aligned_pins`), so its `torch-any` layer holds the
+same wheels byte for byte (see layers.py). Each way of resolving is an `Attempt`, tried in order:
+
+  with pins:    the group + the pins; the group alone (recorded as `unaligned`); the flavour alone (`unaligned`)
+  without pins: the group; the flavour alone
+
+and a lock is fresh when its recorded inputs are those of one of its attempts.
 """
 from __future__ import annotations
 
+import enum
 import hashlib
+import os
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .. import userfiles
-from ..errors import ConfigError, Failure, Location, shorten, shown_value
+from ..errors import ConfigError, XlaImagesError, Failure, Location, shorten, shown_value
 from ..names import GENERATED_MARK, LOCK_NAME
 from .site import Site, WheelSource
 from .flavour import Flavour, nightly_specifier
@@ -256,9 +270,130 @@ def unavailable_reason(site: Site, source: WheelSource, flavour: Target) -> str 
                 f"wheels with {flavour.wheel_build.command} or point the source at existing wheels")
     return None
 
+def host_wheel_dirs(site: Site, source: WheelSource) -> list[Path]:
+    """Folders on the host the source takes wheels from directly (not through an index)."""
+    folders = [Path(link) for link in source.find_links if "://" not in link]
+    wheelhouse = site.wheelhouse_path(source)
+    return folders + ([wheelhouse] if wheelhouse is not None else [])
+
+
+def target_environment(python: str) -> dict[str, str]:
+    """PEP 508 marker values inside an image of this python (CPython on x86_64 Linux)."""
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": f"{python}.0",
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": f"{python}.0",
+        "python_version": python,
+        "sys_platform": "linux",
+    }
+
+
 def parse_requirement(text: str) -> Requirement:
     """A requirement line (`torch==2.9.0`, `setuptools; python_version >= \"3.12\"`) parsed, or a Failure."""
     try:
         return Requirement(text)
     except InvalidRequirement as error:
         raise Failure(f"cannot parse requirement {text!r}: {error}", rule="lock-resolve") from None
+
+
+# --- which inputs a lock may be resolved from (the policy `lock` follows and freshness judges) ----------------
+
+class LockPlan(Protocol):
+    """What the policy reads of a plan (generate.plan.Plan): every flavour, and where each one's lock lives."""
+
+    @property
+    def flavours(self) -> tuple[Target, ...]: ...
+
+    @property
+    def site(self) -> Site: ...
+
+    def lock_path(self, flavour: Target) -> Path: ...
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One way to resolve a lock: pip is asked for `roots`; the lock records `recorded` as what it came from."""
+
+    roots: tuple[str, ...]
+    recorded: tuple[str, ...]
+    together: bool  # with the flavour's group (False: the flavour alone)
+
+
+def attempts(plan: LockPlan, flavour: Target) -> list[Attempt]:
+    """The ways `flavour`'s lock may be resolved, in the order `lock` tries them."""
+    group = group_requirements(plan.flavours, flavour)
+    alone = flavour.requirements
+    pins = aligned_pins(plan, flavour)
+    if not pins:
+        return [Attempt(group, group, True), Attempt(alone, alone, False)]
+    marker = (unaligned(pins),)
+    return [Attempt(group + pins, group + pins, True), Attempt(group, group + marker, True),
+            Attempt(alone, alone + marker, False)]
+
+
+def accepted_inputs(plan: LockPlan, flavour: Target) -> set[str]:
+    """The `# inputs:` hashes a fresh lock of `flavour` may carry."""
+    return {lock_inputs(flavour, attempt.recorded) for attempt in attempts(plan, flavour)}
+
+
+def aligned_pins(plan: LockPlan, flavour: Target) -> tuple[str, ...]:
+    """`name==version` of every python-independent wheel locked for the anchor python of `flavour`'s release.
+
+    Empty for the anchor python itself and while its locks are missing or unreadable.
+    """
+    anchor = anchor_python(plan.flavours, flavour)
+    if flavour.python == anchor:
+        return ()
+    family = [other for other in plan.flavours if release_family(other) == release_family(flavour)]
+    # The requirement roots (torch, torch_xla, libtpu) are pinned by each flavour itself, some only in some.
+    roots = {canonicalize_name(parse_requirement(text).name) for other in family for text in other.requirements}
+    pins: set[str] = set()
+    for other in family:
+        if other.python != anchor:
+            continue
+        try:
+            lock = read_lock(plan.lock_path(other))
+        except XlaImagesError:
+            continue
+        pins.update(f"{entry.name}=={entry.version}" for entry in lock.entries
+                    if is_pure_wheel(entry.filename) and entry.name not in roots)
+    return tuple(sorted(pins))
+
+
+# --- freshness: the committed lock against the inputs the matrix and site give now --------------------------
+
+class LockState(enum.Enum):
+    FRESH = "fresh"
+    MISSING = "missing"
+    STALE = "stale"
+    UNAVAILABLE = "unavailable"  # no lock, and its wheels cannot be resolved on this site
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    state: LockState
+    detail: str = ""
+
+
+def lock_status(plan: LockPlan, flavour: Target) -> LockStatus:
+    """Compare the committed lock with the inputs the matrix and site give now (no network)."""
+    path = plan.lock_path(flavour)
+    if not os.path.lexists(path):
+        reason = unavailable_reason(plan.site, flavour.wheel_source, flavour)
+        if reason:
+            return LockStatus(LockState.UNAVAILABLE, f"unlocked (wheels not available here): {reason}")
+        return LockStatus(LockState.MISSING, "no lock")
+    try:
+        lock = read_lock(path)
+    except ConfigError as error:
+        return LockStatus(LockState.STALE, f"unreadable ({error.message})")
+    if lock.inputs not in accepted_inputs(plan, flavour):
+        return LockStatus(LockState.STALE, "resolved from other inputs (requirements, python, platforms or "
+                                           "wheel source changed since)")
+    return LockStatus(LockState.FRESH)

@@ -1,6 +1,6 @@
 """published.json, the record of verified pushes and promotions: its model, read and validated whole.
 
-Pure except for the one bounded read (`read_published`): run.publish pushes and records, run.promote adds
+Pure except for the one bounded read (`read_published`): run.shipping.publish pushes and records, run.shipping.promote adds
 promotions, resolve/prune/sign/merge read. Every field any of them uses is checked here, before anything uses
 it, so a hand-edited or foreign file is one `published-format` error at its line, never a traceback later:
 

@@ -1,6 +1,6 @@
 """Where images go: `HOST[:PORT]/REPOSITORY`, the one grammar for site.yaml's `registry` and every --registry,
 --from and --to option; and where they may be pulled from instead: a pull mirror `HOST[:PORT][/PREFIX]` (site
-`pull_mirror`, --mirror). Pure: naming a registry asks nothing of it (run.publish does the talking)."""
+`pull_mirror`, --mirror). Pure: naming a registry asks nothing of it (run.shipping.publish does the talking)."""
 from __future__ import annotations
 
 import ipaddress

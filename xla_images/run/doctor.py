@@ -16,7 +16,10 @@ from .. import extras
 from ..errors import XlaImagesError
 from ..generate.plan import Plan
 from ..model.compression import OLDEST_PULLERS, ZSTD_MIN_DOCKER, Compression
-from . import base as bases, engine, lint, sign
+from .building import base as bases
+from . import engine
+from .checking import lint
+from .shipping import sign
 
 # A flavour's image is ~7.8 GB (torch + torch_xla); building needs about as much again while it runs.
 GB_PER_FLAVOUR = 8

@@ -15,7 +15,7 @@ trips a 60 s read timeout and holds the command for days. Here the deadline bite
   bytes, refusing a larger one as it grows (a declared Content-Length over the limit before the first read),
   and report a body cut short, a broken encoding (gzip) or a broken connection as a Failure, not a traceback.
 
-run/registry/, run/index.py and run/promote.py (a blob copy's deadline) import this; it imports nothing of
+run/registry/, run/packages/index.py and run/shipping/promote.py (a blob copy's deadline) import this; it imports nothing of
 xla_images but errors.
 """
 from __future__ import annotations

@@ -1,0 +1,233 @@
+"""Checks every xla-images image must pass. Run through `xla_images.run.checking.checks.run` (`build.py test`), which
+provides the `target` fixture: the flavour, the image reference, the site's CA bundle and whether to run as
+on a TPU VM.
+
+In-image facts come from a container of the image (sleeping; testinfra's docker backend runs commands in
+it), removed when the session ends. Labels, env and history come from the engine, layers from `docker save`.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Iterator
+
+import pytest
+import testinfra
+
+from xla_images import abi
+from xla_images.abi.standalone import write_zipapp
+from xla_images.model.flavour import COMPANIONS
+from xla_images.model.target import Target
+from xla_images.model.lockfile import constraints_digest
+from xla_images.names import (CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_SHA256_LABEL, FLAVOUR_ID_LABEL,
+                              IMAGE_CONSTRAINTS, LABEL_PREFIX)
+from xla_images.run.checking import checks, nightly_check, smoke_runner
+from xla_images.run import engine
+from xla_images.run.checking.checks import CheckTarget, LayerScan
+
+COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "ld")
+# Companions too: installed exactly when the flavour installs them (`companions:`), at the recorded version.
+PACKAGES = ("torch", "torch_xla", "libtpu", *COMPANIONS)
+# Where the standalone ABI tool (xla_images.abi as one zipapp) is copied to run inside the image.
+TOOLS_DIR = "/tmp/xla-images-checks"
+
+
+# --- fixtures --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def flavour(target: CheckTarget) -> Target:
+    return target.flavour
+
+
+@pytest.fixture(scope="session")
+def image_attrs(target: CheckTarget) -> dict[str, Any]:
+    attrs = engine.images.image_inspect(target.image)
+    if attrs is None:
+        pytest.fail(f"image {target.image} is not on this engine")
+    return attrs
+
+
+@pytest.fixture(scope="session")
+def labels(image_attrs: dict[str, Any]) -> dict[str, str]:
+    return dict(image_attrs["Config"].get("Labels") or {})
+
+
+@pytest.fixture(scope="session")
+def image_env(image_attrs: dict[str, Any]) -> dict[str, str]:
+    return dict(item.partition("=")[::2] for item in image_attrs["Config"].get("Env") or [])
+
+
+@pytest.fixture(scope="session")
+def container(target: CheckTarget) -> Iterator[str]:
+    options = smoke_runner.run_options(target.flavour, target.tpu)
+    with engine.containers.running_container(target.image, ["sleep", "infinity"], role="checks",
+                                             options=options) as cid:
+        yield cid
+
+
+@pytest.fixture(scope="session")
+def host(container: str) -> testinfra.host.Host:
+    return testinfra.get_host(f"docker://{container}")
+
+
+@pytest.fixture(scope="session")
+def installed(host: testinfra.host.Host) -> dict[str, str | None]:
+    """Installed distribution versions, read from metadata without importing anything heavy."""
+    program = (
+        "import importlib.metadata as m, json, sys\n"
+        "def version(name):\n"
+        "    try:\n"
+        "        return m.version(name)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return None\n"
+        f"print(json.dumps({{name: version(name) for name in {list(PACKAGES)!r}}}))\n"
+    )
+    return json.loads(_python(host, program))
+
+
+@pytest.fixture(scope="session")
+def layer_scan(target: CheckTarget) -> LayerScan:
+    if target.layer_scan is not None:
+        return target.layer_scan.result()  # started before the checks, beside the smoke suite
+    return checks.scan_image_layers(engine.images.save_image_stream(target.image), target.ca_bundle)
+
+
+def _python(host: testinfra.host.Host, program: str) -> str:
+    result = host.run(f"python -c {shlex.quote(program)}")
+    assert result.rc == 0, f"python in the image failed (exit {result.rc}): {result.stderr.strip()[-800:]}"
+    return result.stdout.strip()
+
+
+
+
+# --- identity: labels and environment --------------------------------------------------------------------
+
+def test_built_for_this_flavour(flavour: Target, labels: dict[str, str]) -> None:
+    assert labels.get(FLAVOUR_ID_LABEL) == flavour.id, (
+        f"label {FLAVOUR_ID_LABEL} is {labels.get(FLAVOUR_ID_LABEL)!r}, the current inputs give {flavour.id}; "
+        f"rebuild with `build.py build {flavour.tag}`")
+
+
+def test_labels(flavour: Target, labels: dict[str, str]) -> None:
+    wrong = {key: (labels.get(key), value) for key, value in flavour.labels.items() if labels.get(key) != value}
+    assert not wrong, "labels differ (image, flavour): " + ", ".join(f"{k}={v}" for k, v in wrong.items())
+
+
+def test_environment(flavour: Target, image_env: dict[str, str]) -> None:
+    wrong = {key: (image_env.get(key), value) for key, value in flavour.env.items() if image_env.get(key) != value}
+    assert not wrong, "env differs (image, flavour): " + ", ".join(f"{k}={v}" for k, v in wrong.items())
+
+
+# --- what is installed -----------------------------------------------------------------------------------
+
+def test_python_version(flavour: Target, host: testinfra.host.Host) -> None:
+    version = _python(host, "import sys; print('%d.%d' % sys.version_info[:2])")
+    assert version == flavour.python
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_package_version(package: str, flavour: Target, installed: dict[str, str | None]) -> None:
+    expected = flavour.pinned_versions.get(package)
+    if expected is None:
+        assert installed[package] is None, f"{package} {installed[package]} is installed but {flavour.tag} pins none"
+    else:
+        assert installed[package] == expected, f"{package} is {installed[package]}, the flavour pins {expected}"
+
+
+def test_nightly_is_the_claimed_night(flavour: Target, labels: dict[str, str], host: testinfra.host.Host) -> None:
+    """A nightly's imported torch/torch_xla are the night its tag and labels name (pytorch/xla#8475)."""
+    if not flavour.is_nightly:
+        pytest.skip("not a nightly flavour")
+    found = nightly_check.Found(**json.loads(_python(host, nightly_check.PROBE).splitlines()[-1]))
+    problems = nightly_check.mismatches(flavour, labels, found)
+    assert not problems, "; ".join(problems)
+
+
+def test_abi_label_matches_torch(flavour: Target, labels: dict[str, str], host: testinfra.host.Host) -> None:
+    flag = _python(host, "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
+    label = labels.get(f"{LABEL_PREFIX}.abi")
+    assert label == flavour.abi.value, f"ABI label is {label!r}, the flavour is {flavour.abi.value}"
+    assert int(flag) == flavour.abi.glibcxx_use_cxx11_abi, (
+        f"torch._C._GLIBCXX_USE_CXX11_ABI is {bool(int(flag))} but the image is labelled {label}")
+
+
+def test_import_torch_xla(flavour: Target, host: testinfra.host.Host) -> None:
+    version = _python(host, "import torch_xla; print(torch_xla.__version__)")
+    assert version.splitlines()[-1].split("+")[0] == flavour.torch_xla
+
+
+def test_abi_compatible(flavour: Target, host: testinfra.host.Host, container: str,
+                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every extension linking torch resolves its symbols with the image's own libraries (xla_images.abi, run
+    inside the image)."""
+    tool = write_zipapp(tmp_path_factory.mktemp("abi-tool") / "abi.pyz")
+    engine.containers.put_into_container(container, TOOLS_DIR, {"abi.pyz": tool})
+    site = _python(host, "import importlib.util, os; "
+                         "print(os.path.dirname(os.path.dirname(importlib.util.find_spec('torch').origin)))")
+    result = host.run(f"python {TOOLS_DIR}/abi.pyz check {shlex.quote(site)} --json")
+    assert result.rc in (0, 1), f"abi check could not run (exit {result.rc}): {result.stderr.strip()[-800:]}"
+    report = json.loads(result.stdout)
+    assert report["torch_abi"] == flavour.abi.value, f"torch libraries use the {report['torch_abi']} ABI"
+    assert report["verdict"] in abi.LOADS, report["summary"]
+
+
+# --- derived images: the constraints and the in-image check --------------------------------------------------
+
+def test_constraints_are_the_rendered_ones(target: CheckTarget, labels: dict[str, str], image_env: dict[str, str],
+                                           host: testinfra.host.Host) -> None:
+    """The image's constraints file is the one `render` wrote from the lock, its labels name it and its sha256,
+    and PIP_CONSTRAINT / UV_CONSTRAINT point at it (docs/derived.md)."""
+    assert labels.get(CONSTRAINTS_LABEL) == IMAGE_CONSTRAINTS, labels.get(CONSTRAINTS_LABEL)
+    assert image_env.get("PIP_CONSTRAINT") == IMAGE_CONSTRAINTS == image_env.get("UV_CONSTRAINT")
+    text = host.file(IMAGE_CONSTRAINTS).content_string
+    assert constraints_digest(text) == labels.get(CONSTRAINTS_SHA256_LABEL), (
+        f"{IMAGE_CONSTRAINTS} hashes to {constraints_digest(text)}, the label says "
+        f"{labels.get(CONSTRAINTS_SHA256_LABEL)}")
+    torch = target.flavour.pinned_versions["torch"]
+    assert f"torch=={torch}" in text.splitlines(), f"{IMAGE_CONSTRAINTS} does not pin torch=={torch}"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_xla_images_check_passes(as_json: bool, flavour: Target, host: testinfra.host.Host) -> None:
+    """`xla-images-check`, on PATH, exits 0 in the image as built: what a derived image's CI runs last."""
+    result = host.run(f"{CHECK_TOOL} --json" if as_json else CHECK_TOOL)
+    assert result.rc == 0, f"{CHECK_TOOL} exited {result.rc}: {result.stdout.strip()[-1500:]} {result.stderr[-800:]}"
+    if as_json:
+        report = json.loads(result.stdout)
+        assert report["ok"] and report["tag"] == flavour.tag, report
+        assert report["packages"]["torch"]["installed"] == flavour.pinned_versions["torch"], report["packages"]
+
+
+def test_no_compiler(host: testinfra.host.Host) -> None:
+    found = {name: host.check_output(f"command -v {name}") for name in COMPILERS if host.exists(name)}
+    assert not found, f"compiler toolchain in the runtime image: {found}"
+
+
+# --- nothing from the build, nothing secret --------------------------------------------------------------
+
+def test_no_site_ca_bundle_in_layers(target: CheckTarget, layer_scan: LayerScan) -> None:
+    if target.ca_bundle is None:
+        pytest.skip("this site injects no CA bundle into builds (ca_bundle: none, or auto found none)")
+    assert layer_scan.layers > 0, "docker save gave no layers"
+    found = layer_scan.of("ca-bundle")
+    assert not found, f"the site CA bundle {target.ca_bundle} is in the image: " + "; ".join(map(str, found))
+
+
+def test_no_build_pip_config(layer_scan: LayerScan, image_env: dict[str, str]) -> None:
+    found = layer_scan.of("pip-config", "build-context")
+    assert not found, "build configuration left in the image: " + "; ".join(map(str, found))
+    leaked = sorted(key for key in ("PIP_CONFIG_FILE", "PIP_CERT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+                    if key in image_env)
+    assert not leaked, f"pip build settings left in the image environment: {', '.join(leaked)}"
+
+
+def test_no_credentials_in_layers(layer_scan: LayerScan) -> None:
+    found = layer_scan.of("credentials-file", "url-credentials")
+    assert not found, "credentials in image layers: " + "; ".join(map(str, found))
+
+
+def test_no_credentials_in_metadata(target: CheckTarget, labels: dict[str, str],
+                                    image_attrs: dict[str, Any]) -> None:
+    history = engine.images.image_history(target.image)
+    found = checks.scan_metadata(labels, list(image_attrs["Config"].get("Env") or []), history)
+    assert not found, "credentials in labels, env or history: " + "; ".join(map(str, found))

@@ -1,1 +1,0 @@
-"""The image checks as a pytest module (test_image.py), run by xla_images.run.checks.run against one image."""
