@@ -252,6 +252,21 @@ def test_the_paths_the_tool_assumes_are_the_images() -> None:
     """imagecheck is standalone (it cannot import names): its defaults must be the paths the image has."""
     assert imagecheck.CONSTRAINTS == IMAGE_CONSTRAINTS and imagecheck.VENV == VENV
     assert layers.PURE_DIR.startswith(imagecheck.IMAGE_TREE + "/")  # the ABI walk follows site's links there
+    assert imagecheck.COMPANION_PACKAGES == COMPANIONS
+
+
+def test_a_companion_of_another_torch_is_named_and_one_not_installed_is_fine(tool: Path, tmp_path: Path) -> None:
+    flavour = dataclasses.replace(fixed_flavours()[TAG], companion_versions=COMPANION_VERSIONS)
+    constraints = tmp_path / CONSTRAINTS_NAME
+    constraints.write_text(format_constraints(flavour, lock_text(flavour)))
+    pinned = {"torch": "2.9.0", "torch_xla": "2.9.0", "libtpu": "0.0.21"}
+    venv = fake_venv(tmp_path / "venv", {**pinned, "torchaudio": "2.9.0"})
+    assert run_tool(tool, venv, constraints).returncode == 0  # torchaudio as pinned, no torchvision at all
+    other = fake_venv(tmp_path / "other", {**pinned, "torchvision": "0.29.2"})
+    result = run_tool(tool, other, constraints, "--json")
+    assert result.returncode == 1, result.stderr
+    assert [problem["message"] for problem in json.loads(result.stdout)["problems"]] == [
+        "torchvision is 0.29.2, not 0.24.0, the one built for torch 2.9.0"]
 
 
 def test_a_metadata_that_is_a_fifo_is_passed_over_not_waited_on(tmp_path: Path) -> None:
