@@ -96,10 +96,11 @@ def test_companions_change_the_constraints_label_and_id() -> None:
     flavour = dataclasses.replace(fixed_flavours()[TAG], id="")
     lock = lock_text(flavour)
     ids = set()
-    for versions in ((), COMPANION_VERSIONS, (("torchvision", "0.24.1"),)):
-        changed = dataclasses.replace(flavour, companion_versions=versions)
+    for versions, installed in (((), ()), (COMPANION_VERSIONS, ()), ((("torchvision", "0.24.1"),), ()),
+                                (COMPANION_VERSIONS, ("torchvision",))):
+        changed = dataclasses.replace(flavour, companion_versions=versions, companions=installed)
         ids.add(content_id(changed, render.render_flavour(changed, lock), lock, "smoke", "scripts"))
-    assert len(ids) == 3
+    assert len(ids) == 4  # installing one changes the id with the same lock text (requirements, env, labels)
 
 
 def test_render_writes_constraints_and_the_image_names_them() -> None:

@@ -28,7 +28,8 @@ SITE_SCHEMA = json.loads((ROOT / schemas.SITE_SCHEMA).read_text(encoding="utf-8"
 # What only the validator sees: rules across fields or releases, and versions as written (a leading zero, the
 # number `3.010` read back from the text). The YAML rules (yaml-*) refuse a text before any schema applies.
 MATRIX_ONLY_RULES = {"abi-default", "latest-python", "exclude-matches", "unique-tag", "matrix-size", "torch-pin",
-                     "python-supported", "libtpu-pin", "nightly-unique", "version-format", "schema-duplicate"}
+                     "python-supported", "libtpu-pin", "nightly-unique", "version-format", "schema-duplicate",
+                     "companion-version", "companion-abi"}
 # Cases a JSON Schema cannot tell apart, by case id: JSON has one number type, so `schema: 1.0` is the integer 1.
 SCHEMA_BLIND_CASES = {"schema-float"}
 SITE_ONLY_RULES = {"site-registry", "site-pull-mirror", "site-wheel-sources",  # grammars and unique names
