@@ -196,8 +196,9 @@ MATRIX_CASES = [
      "companions: [torchvison]"),
     ("companion-not-a-list", edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    companions: torchaudio\n'),
      "schema-type", "companions: torchaudio"),
-    ("companion-without-version", edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    companions: [torchaudio]\n'),
-     "companion-version", "companions: [torchaudio]"),
+    ("companion-without-version",
+     edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    companions: [torchaudio]\n'), "companion-version",
+     "companions: [torchaudio]"),
     ("companion-in-two-abis", edit('    libtpu: "0.0.7.1"\n', '    libtpu: "0.0.7.1"\n    torchvision: "0.21.0"\n'
                                                            '    companions: [torchvision]\n'), "companion-abi",
      "companions: [torchvision]"),

@@ -28,7 +28,8 @@ def update(plan: Plan, releases: tuple[str, ...], allow: tuple[str, ...], write:
     HTTP range requests): the torch pin, the libtpu pin (the `tpu` extra), the pythons torch_xla and torch
     both have wheels for (python_support), the git tags, an exclude for each python its libtpu has no
     wheel for, and the torchvision and torchaudio whose METADATA pins that torch (also added to a release
-    the matrix has without them). Comments and order of matrix.yaml are kept; nothing is written unless the result validates.
+    the matrix has without them). Comments and order of matrix.yaml are kept; nothing is written unless the
+    result validates.
     The wheel facts of every pin go to matrix.wheels.json, which `validate` checks offline (rule wheel-python).
     Yanked files (PEP 592) are skipped; a release that skips more than a minor release is left out with a
     warning unless --allow names it.
