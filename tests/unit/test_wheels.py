@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import html
+import os
 import subprocess
 import zipfile
 from pathlib import Path
@@ -225,6 +226,32 @@ def test_closure_reports_missing_and_conflicting_pins() -> None:
 
 # --- locking with real pip against the local index ----------------------------------------------------------
 
+def test_index_credentials_go_in_pips_environment_never_its_command_line(
+        tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command line is world-readable (/proc/PID/cmdline): index URLs with credentials go in pip's environment,
+    which also keeps none of the host's PIP_* variables and no pip config file."""
+    monkeypatch.setenv("PIP_CONSTRAINT", str(tmp_path / "host-constraints.txt"))
+    monkeypatch.setenv("PIP_INDEX_URL", "https://host-index.example/simple")
+    plan = project(tmp_path, index, extra=(
+        'wheel_sources=[{name: private, index_url: "https://user:s3cretPass@pypi.corp.example/simple", '
+        'extra_index_urls: ["https://user:0therPass@extra.corp.example/simple"], find_links: ["./my wheels"]}]',))
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def refusing(command, **kwargs):  # records what pip would get, then fails as an unreachable index would
+        seen.append((list(command), dict(kwargs["env"])))
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: no index reachable")
+
+    report = wheels.lock(plan, list(plan.flavours)[:1], jobs=1, resolver=wheels.Resolver(plan.site, runner=refusing))
+    assert report.failed and seen
+    command, environment = seen[0]
+    assert not [arg for arg in command if "Pass" in arg or "corp.example" in arg], command
+    assert environment["PIP_INDEX_URL"] == "https://user:s3cretPass@pypi.corp.example/simple"
+    assert environment["PIP_EXTRA_INDEX_URL"] == "https://user:0therPass@extra.corp.example/simple"
+    assert environment["PIP_FIND_LINKS"].startswith("file:///") and "my%20wheels" in environment["PIP_FIND_LINKS"]
+    assert environment["PIP_CONFIG_FILE"] == os.devnull and "PIP_CONSTRAINT" not in environment
+    assert "s3cretPass" not in str(report.failed)
+
+
 def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index: Path) -> None:
     plan = project(tmp_path, index)
     runner = CountingRunner()
@@ -240,7 +267,7 @@ def test_lock_resolves_each_group_once_with_target_markers(tmp_path: Path, index
             "sympy==1.13.0")
     assert roots == [group, group + pins, group + pins + ("setuptools",)]
     for command in runner.commands:
-        assert command[3:4] == ["--isolated"] and "--dry-run" in command and "--only-binary=:all:" in command
+        assert "--dry-run" in command and "--only-binary=:all:" in command and "--index-url" not in command
         assert "--python-version" in command and "manylinux_2_28_x86_64" in command
 
     cpu311, tpu311 = lock_names(plan, "r2.9.0_3.11_cpu"), lock_names(plan, "r2.9.0_3.11_tpuvm")

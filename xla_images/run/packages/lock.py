@@ -5,8 +5,8 @@
 host wheelhouse the locked wheels are fetched into is run.packages.wheelhouse.
 
 How resolution works, and why:
-* pip does it (`install --dry-run --ignore-installed --report -`), with `--isolated` so the host's pip config,
-  constraint files and PIP_* variables cannot leak in, the site's CA via `--cert`, and the target's python,
+* pip does it (`install --dry-run --ignore-installed --report -`), with no config file and none of the host's
+  PIP_* variables (constraint files, indexes) leaking in, the sources in its environment (pip_environment), the site's CA via `--cert`, and the target's python,
   ABI and platforms (`--python-version --implementation cp --abi cpXY --platform ...` + `--only-binary=:all:`).
   `--use-feature=fast-deps` reads each wheel's METADATA with HTTP range requests instead of downloading
   gigabytes of CUDA wheels (measured: 17 s instead of 35-100 s for torch 2.9).
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -108,12 +109,13 @@ class Resolver:
     def _run_pip(self, flavour: Target, roots: Sequence[str]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="xla-images-lock-") as scratch:
             command = [
-                *self.pip, "--isolated", "--no-input", "--disable-pip-version-check", "install",
+                *self.pip, "--no-input", "--disable-pip-version-check", "install",
                 "--dry-run", "--ignore-installed", "--quiet", "--report", "-", "--target", scratch,
                 PIP_FAST_DEPS, *target_options(flavour.python),
-                *source_options(self.site, flavour.wheel_source), *cert_options(self.site), *roots,
+                *cert_options(self.site), *roots,
             ]
-            result = self.runner(command, capture_output=True, text=True, check=False)
+            result = self.runner(command, capture_output=True, text=True, check=False,
+                                 env=pip_environment(self.site, flavour.wheel_source))
         if result.returncode != 0:
             raise Failure(f"pip could not resolve {' '.join(roots)} for python {flavour.python} "
                           f"from wheel source {flavour.wheel_source.name}:\n{_tail(result.stderr)}",
@@ -152,18 +154,27 @@ def target_options(python: str) -> list[str]:
     return options
 
 
-def source_options(site: Site, source: WheelSource) -> list[str]:
-    options = []
+def pip_environment(site: Site, source: WheelSource) -> dict[str, str]:
+    """The environment of every pip this module starts: where the wheels come from, and nothing of the host's pip.
+
+    Index URLs may carry credentials, and a command line is world-readable (/proc/PID/cmdline, `ps`) while a
+    process's environment is its owner's only: the sources go in PIP_INDEX_URL / PIP_EXTRA_INDEX_URL /
+    PIP_FIND_LINKS, never in argv. `--isolated` would ignore them, so the isolation it gave is made here: no
+    config file (PIP_CONFIG_FILE=os.devnull, as pip documents) and none of the host's PIP_* variables."""
+    environment = {key: value for key, value in os.environ.items() if not key.upper().startswith("PIP_")}
+    environment["PIP_CONFIG_FILE"] = os.devnull
     if source.index_url:
-        options += ["--index-url", source.index_url]
-    for url in source.extra_index_urls:
-        options += ["--extra-index-url", url]
-    for link in source.find_links:
-        options += ["--find-links", link]
+        environment["PIP_INDEX_URL"] = source.index_url
+    if source.extra_index_urls:
+        environment["PIP_EXTRA_INDEX_URL"] = " ".join(source.extra_index_urls)
+    # pip splits these variables on whitespace: local folders go as file: URLs (a space is %20 there).
+    links = [link if "://" in link else Path(os.path.abspath(link)).as_uri() for link in source.find_links]
     wheelhouse = site.wheelhouse_path(source)
     if wheelhouse is not None:
-        options += ["--find-links", str(wheelhouse)]
-    return options
+        links.append(Path(os.path.abspath(wheelhouse)).as_uri())
+    if links:
+        environment["PIP_FIND_LINKS"] = " ".join(links)
+    return environment
 
 
 def cert_options(site: Site) -> list[str]:

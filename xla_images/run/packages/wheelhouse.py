@@ -18,7 +18,7 @@ from ...generate.plan import Plan
 from ...model.lockfile import Lock, LockEntry, read_lock
 from ...model.site import Site
 from ...model.target import Target
-from .lock import Runner, _tail, cert_options, source_options, target_options
+from .lock import Runner, _tail, cert_options, pip_environment, target_options
 
 def file_sha256(path: Path) -> str:
     sha = hashlib.sha256()
@@ -123,11 +123,11 @@ def _pip_download(site: Site, flavour: Target, entries: Sequence[LockEntry], des
     with tempfile.TemporaryDirectory(prefix="xla-images-fetch-") as scratch:
         requirements = Path(scratch) / "requirements.txt"
         requirements.write_text("".join(entry.line() + "\n" for entry in entries), encoding="utf-8")
-        command = [sys.executable, "-m", "pip", "--isolated", "--no-input", "--disable-pip-version-check",
+        command = [sys.executable, "-m", "pip", "--no-input", "--disable-pip-version-check",
                    "download", "--quiet", "--no-deps", "--require-hashes", "--dest", str(destination),
-                   *target_options(flavour.python), *source_options(site, flavour.wheel_source),
-                   *cert_options(site), "-r", str(requirements)]
-        result = runner(command, capture_output=True, text=True, check=False)
+                   *target_options(flavour.python), *cert_options(site), "-r", str(requirements)]
+        result = runner(command, capture_output=True, text=True, check=False,
+                        env=pip_environment(site, flavour.wheel_source))
     if result.returncode != 0:
         raise Failure(f"pip could not download the wheels of {flavour.tag}:\n{_tail(result.stderr)}",
                       rule="wheel-download", hint="check the network and CA bundle; re-lock if the index changed")
