@@ -27,7 +27,9 @@ def test_after_it():
 
 
 def _pytest(args: list[str], *, sigint_ignored: bool = False, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "smoke")])}
+    # This checkout first, then whatever the suite itself was given (the same plugins the parent can load).
+    path = [str(ROOT), str(ROOT / "smoke"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
     def ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
