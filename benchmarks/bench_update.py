@@ -3,9 +3,10 @@
 
     python benchmarks/bench_update.py [--release 2.9.0 ...] [--ca-bundle /etc/ssl/certs/ca-certificates.crt]
 
-Phases: the three simple-API pages (torch-xla, torch, libtpu), then per release the facts read from one of its
-wheels by range requests (METADATA and torch_xla/version.py), with the bytes each phase received against the
-wheel's size (what a download would have cost).
+Phases: the simple-API pages (torch-xla, torch, libtpu, torchvision, torchaudio), then per release the facts read
+from one of its wheels by range requests (METADATA and torch_xla/version.py) and the companions' METADATA (newest
+first, each wheel once for all releases), with the bytes each phase received against the wheel's size (what a
+download would have cost).
 """
 from __future__ import annotations
 
@@ -34,15 +35,18 @@ def main() -> None:
     pages = time.perf_counter() - started
     print(f"simple API pages: {pages:.2f}s, {index.received / 1e3:.0f} kB for "
           + ", ".join(f"{project} {len(found)} files" for project, found in files.items()))
-    for release in options.release or ["2.6.0", "2.7.0", "2.8.1", "2.9.0"]:
+    memo: dict[str, str | None] = {}  # one update reads each companion wheel once
+    for release in options.release or ["2.9.0", "2.8.1", "2.7.0", "2.6.0"]:
         before, started = index.received, time.perf_counter()
-        facts = upstream.release_facts(index, release, files)
+        facts = upstream.release_facts(index, release, files, memo=memo)
         seconds = time.perf_counter() - started
         wheel = upstream._a_wheel(files["torch-xla"], release)
         size = f"{wheel.size / 1e6:.0f} MB" if wheel.size else "unknown size"
         print(f"torch_xla {release}: {seconds:.2f}s, {(index.received - before) / 1e3:.0f} kB read of a {size} wheel;"
               f" torch {facts.torch}, libtpu {facts.libtpu}, torch_xla pythons {', '.join(facts.wheels['torch-xla'])}"
-              f", libtpu pythons {', '.join(facts.wheels.get('libtpu', ())) or '-'}")
+              f", libtpu pythons {', '.join(facts.wheels.get('libtpu', ())) or '-'}; companions "
+              + (", ".join(f"{name} {version}" for name, version in facts.companions.items()) or "none")
+              + f" ({len(memo)} companion wheels read so far)")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,9 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("yaml-value", "a YAML value cannot be read (a bad timestamp or number)", INPUT, "quote the value"),
     # --- matrix.yaml ---
     Rule("abi-default", "a default_abi is not among the abis its section builds", MATRIX, "add it to `abis`, or set default_abi to one of them"),
+    Rule("companion-abi", "a release installs companions but builds an ABI the index's companion wheels are not built for", MATRIX, "abis: [its default ABI], or no `companions:`"),
+    Rule("companion-name", "`companions:` names a package that is not a companion", MATRIX, "companions: [torchvision, torchaudio]"),
+    Rule("companion-version", "a release installs a companion whose version it does not record", MATRIX, "`./build.py update --write` learns it from the index"),
     Rule("exclude-matches", "an exclude entry removes no flavour", MATRIX, 'fix its values (versions are exact: torch_xla: "2.9.0") or delete it'),
     Rule("flavour-exists", "no flavour matches the tags or filters given", TAGS, "`build.py list` shows every tag and alias; loosen the filters"),
     Rule("git-rev", "pytorch_git_rev/xla_git_rev is not a git tag, branch or commit", MATRIX, "xla_git_rev: v2.9.0"),

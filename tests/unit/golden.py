@@ -72,6 +72,8 @@ def committed_matrix_summary() -> str:
             "PJRT_DEVICE": flavour.env["PJRT_DEVICE"],
             "wheel_source": flavour.wheel_source.name,
             "git_revs": [flavour.pytorch_git_rev, flavour.xla_git_rev],
+            # What `update` learned: the torchvision/torchaudio every image's constraints pin.
+            "companions": dict(flavour.companion_versions),
         }
         for flavour in plan.flavours
     }

@@ -190,6 +190,20 @@ MATRIX_CASES = [
     ("python-leading-zero-unquoted", edit('"3.9", "3.10"', '"3.9", 3.010'), "version-format", "3.010"),
     ("release-leading-zero", edit('"2.9.0":\n', '"02.9.0":\n'), "version-format", '"02.9.0"'),
     ("torch-leading-zero", edit('torch: "2.9.0"', 'torch: "2.09.0"'), "version-format", 'torch: "2.09.0"'),
+    # companions (issue 33): known names, each with its recorded version, only where the index's builds fit
+    ("unknown-companion", edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    torchvision: "0.24.0"\n'
+                                                          '    companions: [torchvison]\n'), "companion-name",
+     "companions: [torchvison]"),
+    ("companion-not-a-list", edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    companions: torchaudio\n'),
+     "schema-type", "companions: torchaudio"),
+    ("companion-without-version",
+     edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    companions: [torchaudio]\n'), "companion-version",
+     "companions: [torchaudio]"),
+    ("companion-in-two-abis", edit('    libtpu: "0.0.7.1"\n', '    libtpu: "0.0.7.1"\n    torchvision: "0.21.0"\n'
+                                                           '    companions: [torchvision]\n'), "companion-abi",
+     "companions: [torchvision]"),
+    ("companion-version-word", edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    torchvision: latest\n'),
+     "version-format", "torchvision: latest"),
 ]
 
 

@@ -415,7 +415,7 @@ def test_a_helper_in_the_current_directory_is_never_run(element: str, tmp_path: 
     (f"echo 'error: password={SECRET} rejected' >&2", "stderr"),
     (f"echo 'token {SECRET} has expired' >&2", "stderr"),
     ("echo 'login failed for hunter2' >&2", "a short bare secret"),
-])
+], ids=["stdout", "stderr-password", "stderr-token", "short-bare-secret"])  # not the secret: it is new each run
 def test_a_failing_helper_is_named_with_its_exit_code_and_a_redacted_line(said: str, stream: str,
                                                                           tmp_path: Path) -> None:
     write_helper(tmp_path / "bin", "broken", f"{said}\nexit 3")

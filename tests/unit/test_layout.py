@@ -13,7 +13,7 @@ from fake_index import FakeIndex
 
 from xla_images import layers
 from xla_images.errors import Failure
-from xla_images.model.lockfile import Lock, LockEntry
+from xla_images.model.lockfile import Lock, LockEntry, read_lock
 from xla_images.model.site import WheelSource
 from xla_images.run.packages import layout
 from xla_images.run.packages.index import JSON_TYPE
@@ -139,6 +139,7 @@ class LockedFlavour:
     tag = "r9.0.0_3.11_cpu"
     python = "3.11"
     requirements = ("torch==9.0", "torch_xla==9.0")
+    layer_requirements = requirements
 
     def __init__(self, source: WheelSource) -> None:
         self.wheel_source = source
@@ -188,3 +189,15 @@ def test_a_kept_verdict_keeps_its_problems_and_a_damaged_one_is_checked_again(in
         kept.write_text(damage)
         assert layout.check_flavour(flavour, lock, layout.WheelFinder(FakeSite())) == found, damage
         assert json.loads(kept.read_text())["problems"] == list(found.problems)
+
+
+def test_installed_companions_are_no_layer_roots(index: str, tmp_path: Path) -> None:
+    """torchvision in a cpu flavour's requirements is not a third root (the libtpu group's): what no root reaches
+    goes into the torch_xla layer, so the layout and its kept verdict are the ones of the layer roots."""
+    plain = LockedFlavour(WheelSource("test", index_url=index))
+    with_companion = LockedFlavour(WheelSource("test", index_url=index))
+    with_companion.requirements = (*plain.requirements, "torchvision==1.0")
+    lock = write_lock(tmp_path / "clean.lock", {"torch-9.0-cp311-cp311-linux_x86_64.whl": TORCH,
+                                                "sympy-1.0-py3-none-any.whl": SYMPY})
+    parsed = read_lock(lock)
+    assert layout.verdict_key(with_companion, parsed) == layout.verdict_key(plain, parsed)

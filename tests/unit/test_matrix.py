@@ -77,6 +77,16 @@ def test_unquoted_python_versions_keep_their_text() -> None:
         ('    python_support: ">=3.10,<3.14"', '    python_support: ">=3.12"', "python-supported", '"2.9.0":'),
         ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    abis: [pre-cxx11]', "abi-wheel-source",
          "abis: [pre-cxx11]"),
+        ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    torchvision: "0.24.0"\n    companions: [torchvison]',
+         "companion-name", "companions:"),
+        ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    torchvision: "0.24.0"\n    companions:\n'
+         '      - torchvision\n      - pillow', "companion-name", "- pillow"),
+        ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    torchvision: "0.24.0"\n    companions: [torchaudio]',
+         "companion-version", "companions:"),
+        ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    companions: torchvision', "schema-type", "companions:"),
+        ('    libtpu: "0.0.7.1"', '    libtpu: "0.0.7.1"\n    torchvision: "0.21.0"\n    companions: [torchvision]',
+         "companion-abi", "companions:"),
+        ('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    torchvision: "latest"', "version-format", "torchvision:"),
     ],
 )
 def test_each_rule_names_file_line_and_fix(old: str, new: str, rule: str, needle: str | None) -> None:
@@ -89,6 +99,33 @@ def test_each_rule_names_file_line_and_fix(old: str, new: str, rule: str, needle
     assert error.hint, "every error says how to fix it"
     if needle is not None:
         assert error.location.line == line_of(text, needle), rendered
+
+
+def test_an_unknown_companion_says_which_exist() -> None:
+    text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    torchvision: "0.24.0"\n'
+                        '    companions: [torchvison, torchvision, torchvision]')
+    errors = errors_of(text)
+    assert [error.rule for error in errors] == ["companion-name", "schema-duplicate"]
+    assert "did you mean 'torchvision'" in errors[0].hint and "torchvision, torchaudio" in errors[0].hint
+    assert errors[0].render().startswith(f"m.yaml:{line_of(text, 'companions:')}: error [companion-name]")
+
+
+def test_companions_are_release_facts_and_installed_ones_are_requirements() -> None:
+    text = GOOD.replace('    libtpu: "0.0.21"', '    libtpu: "0.0.21"\n    torchvision: "0.24.0"\n'
+                        '    torchaudio: "2.9.0"\n    companions: [torchaudio, torchvision]')
+    flavours = {flavour.tag: flavour for flavour in flavours_of(text)}
+    cpu, tpu, old = flavours["r2.9.0_3.11_cpu"], flavours["r2.9.0_3.11_tpuvm"], flavours["r2.6.0_3.11_cpu"]
+    assert cpu.companion_versions == (("torchvision", "0.24.0"), ("torchaudio", "2.9.0"))
+    assert cpu.requirements == ("torch==2.9.0", "torch_xla==2.9.0", "torchvision==0.24.0", "torchaudio==2.9.0")
+    assert tpu.layer_requirements == ("torch==2.9.0", "torch_xla==2.9.0", "libtpu==0.0.21")  # never layer roots
+    assert cpu.pinned_versions["torchvision"] == "0.24.0"
+    assert cpu.env["XLA_IMAGES_COMPANIONS"] == "torchvision==0.24.0 torchaudio==2.9.0"
+    assert cpu.labels["io.xla-images.companions"] == "torchvision==0.24.0 torchaudio==2.9.0"
+    assert old.companions == () and "XLA_IMAGES_COMPANIONS" not in old.env and len(old.requirements) == 2
+    recorded_only = {flavour.tag: flavour for flavour in flavours_of(text.replace(
+        "    companions: [torchaudio, torchvision]\n", ""))}["r2.9.0_3.11_cpu"]
+    assert recorded_only.requirements == ("torch==2.9.0", "torch_xla==2.9.0")
+    assert recorded_only.env == {key: value for key, value in cpu.env.items() if key != "XLA_IMAGES_COMPANIONS"}
 
 
 def test_python_outside_release_support_is_rejected() -> None:

@@ -27,7 +27,9 @@ def test_after_it():
 
 
 def _pytest(args: list[str], *, sigint_ignored: bool = False, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "smoke")])}
+    # This checkout first, then whatever the suite itself was given (the same plugins the parent can load).
+    path = [str(ROOT), str(ROOT / "smoke"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
     def ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -37,12 +39,15 @@ def _pytest(args: list[str], *, sigint_ignored: bool = False, timeout: float = 2
                           preexec_fn=ignore_sigint if sigint_ignored else None)
 
 
-def test_a_hanging_test_fails_at_its_limit_with_the_stacks_and_the_run_goes_on(tmp_path: Path) -> None:
+# In this process, and in a pytest-xdist worker as ci/test.sh runs the unit and xla suites (the test runs in the
+# worker's main thread, where the limit's signal lands).
+@pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "1"]], ids=["serial", "xdist-worker"])
+def test_a_hanging_test_fails_at_its_limit_with_the_stacks_and_the_run_goes_on(workers: list[str]) -> None:
     test = ROOT / "tests" / "unit" / f"test_hangs_{os.getpid()}.py"  # under tests/: the suite's conftest applies
     test.write_text(HANGING, encoding="utf-8")
     try:
         started = time.monotonic()
-        result = _pytest([str(test), "--test-timeout", "3"], timeout=60)
+        result = _pytest([*workers, str(test), "--test-timeout", "3"], timeout=60)
         took = time.monotonic() - started
     finally:
         test.unlink()

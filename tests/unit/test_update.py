@@ -33,6 +33,8 @@ releases:
     xla_git_rev: v2.7.0
     python_support: ">=3.10,<3.12"
     libtpu: "0.0.11.1"
+    torchvision: "0.22.0"
+    torchaudio: "2.7.0"
   # the newest one
   "2.9.0":
     torch: "2.9.0"
@@ -40,6 +42,8 @@ releases:
     xla_git_rev: v2.9.0
     python_support: ">=3.10,<3.14"
     libtpu: "0.0.21"
+    torchvision: "0.24.0"
+    torchaudio: "2.9.0"
 
 # trailing comment about excludes
 exclude:
@@ -143,9 +147,11 @@ def test_flow_releases_are_refused_and_a_flow_release_is_followed() -> None:
         edited(facts(libtpu_wheels=("3+",)), text=flow)
     assert caught.value.rule == "update-edit" and caught.value.location.line == 2
     one_line = MATRIX.replace('  "2.9.0":\n    torch: "2.9.0"\n    pytorch_git_rev: v2.9.1\n    xla_git_rev: v2.9.0\n'
-                              '    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n',
+                              '    python_support: ">=3.10,<3.14"\n    libtpu: "0.0.21"\n'
+                              '    torchvision: "0.24.0"\n    torchaudio: "2.9.0"\n',
                               '  "2.9.0": {torch: "2.9.0", pytorch_git_rev: v2.9.1, xla_git_rev: v2.9.0, '
-                              'python_support: ">=3.10,<3.14", libtpu: "0.0.21"}\n')
+                              'python_support: ">=3.10,<3.14", libtpu: "0.0.21", torchvision: "0.24.0", '
+                              'torchaudio: "2.9.0"}\n')
     assert one_line != MATRIX
     text = edited(facts("2.10.0", "2.10.0", "0.0.30"), text=one_line)
     assert '  "2.10.0":\n    torch: "2.10.0"\n' in text
@@ -242,23 +248,35 @@ def test_matrix_defaults_are_what_releases_inherit() -> None:
 # --- run.packages.upstream end to end, against an index in memory ----------------------------------------------------
 
 class MemoryIndex:
-    """The run.packages.index.Index interface over file names; every wheel's METADATA pins `libtpu`."""
+    """The run.packages.index.Index interface over file names; every torch_xla wheel's METADATA pins `libtpu`,
+    every companion's pins torch (`companion_torch`: its version -> the torch it pins; none: no torch requirement)."""
 
     url = wheel_index.PUBLIC_INDEX
 
     def __init__(self, names: dict[str, list[str]], libtpu: dict[str, str], yanked: frozenset[str] = frozenset(),
-                 marker: str = 'extra == "tpu"') -> None:
+                 marker: str = 'extra == "tpu"', companion_torch: dict[str, str | None] | None = None) -> None:
         from xla_images.run.packages.index import IndexFile
 
         self.names, self.libtpu, self.marker = names, libtpu, marker
+        self.companion_torch = companion_torch or {}
+        self.read: list[str] = []  # the wheels whose METADATA was read, in order
         self.pages = {project: [IndexFile(name, f"https://files.example/{name}", yanked=name in yanked)
                                 for name in found] for project, found in names.items()}
 
     def files(self, project: str) -> list:
+        from xla_images.run.packages.index import NotFound
+
+        if project not in self.pages:
+            raise NotFound(f"{self.url}{project}/ answered HTTP 404", rule="index-answer")
         return self.pages[project]
 
     def wheel_member(self, file, wanted) -> str | None:
-        version = file.filename.split("-")[1]
+        project, version = file.filename.split("-")[:2]
+        if project in ("torchvision", "torchaudio") and wanted(f"{project}-x.dist-info/METADATA"):
+            self.read.append(file.filename)
+            pin = self.companion_torch.get(f"{project}-{version}")
+            return f"Name: {project}\nVersion: {version}\nRequires-Dist: numpy\n" + (
+                f"Requires-Dist: torch (=={pin})\n" if pin else "")
         if wanted("torch_xla-x.dist-info/METADATA"):
             return (f"Metadata-Version: 2.1\nName: torch_xla\nVersion: {version}\n"
                     f'Requires-Dist: libtpu=={self.libtpu[version]}; {self.marker}\n')
@@ -270,10 +288,29 @@ def wheels(project: str, version: str, pythons: tuple[str, ...]) -> list[str]:
     return [f"{project}-{version}-cp{p.replace('.', '')}-cp{p.replace('.', '')}-{tag}.whl" for p in pythons]
 
 
-def memory_index(extra: tuple[str, ...] = (), **options) -> MemoryIndex:
-    """The index of 2.7.0, 2.9.0, 2.10.1 (and 2.11.0rc1); `extra` torch_xla releases too, each with its torch."""
+# The companions of torch 2.7.0, 2.9.0 and 2.10.0 (and 2.9.1), as the public index has them.
+COMPANION_TORCH = {"torchvision-0.22.0": "2.7.0", "torchvision-0.24.0": "2.9.0", "torchvision-0.24.1": "2.9.1",
+                   "torchvision-0.25.0": "2.10.0", "torchaudio-2.7.0": "2.7.0", "torchaudio-2.9.0": "2.9.0",
+                   "torchaudio-2.9.1": "2.9.1", "torchaudio-2.10.0": "2.10.0"}
+
+
+def companion_pages(pins: dict[str, str | None]) -> dict[str, list[str]]:
+    """Project pages of companions: one x86_64 wheel per `name-version` of `pins`."""
+    pages: dict[str, list[str]] = {"torchvision": [], "torchaudio": []}
+    for key in pins:
+        name, version = key.split("-")
+        pages[name] += wheels(name, version, ("3.11",))
+    return pages
+
+
+def memory_index(extra: tuple[str, ...] = (), companions: dict[str, str | None] | None = None,
+                 **options) -> MemoryIndex:
+    """The index of 2.7.0, 2.9.0, 2.10.1 (and 2.11.0rc1); `extra` torch_xla releases too, each with its torch;
+    `companions` (COMPANION_TORCH unless given): the companion releases and the torch each pins."""
     four = ("3.10", "3.11", "3.12", "3.13")
+    companions = COMPANION_TORCH if companions is None else companions
     return MemoryIndex({
+        **companion_pages(companions),
         "torch-xla": wheels("torch_xla", "2.7.0", four) + wheels("torch_xla", "2.9.0", four)
         + wheels("torch_xla", "2.10.1", four) + wheels("torch_xla", "2.11.0rc1", four)
         + [name for version in extra for name in wheels("torch_xla", version, four)],
@@ -281,7 +318,8 @@ def memory_index(extra: tuple[str, ...] = (), **options) -> MemoryIndex:
         + wheels("torch", "2.10.2", four) + [name for version in extra for name in wheels("torch", version, four)],
         "libtpu": ["libtpu-0.0.11.1-py3-none-manylinux_2_31_x86_64.whl"] + wheels("libtpu", "0.0.21", four[:3])
         + wheels("libtpu", "0.0.30", four[:3]),
-    }, {"2.9.0": "0.0.21", "2.10.1": "0.0.30", **{version: "0.0.30" for version in extra}}, **options)
+    }, {"2.9.0": "0.0.21", "2.10.1": "0.0.30", **{version: "0.0.30" for version in extra}},
+        companion_torch=companions, **options)
 
 
 def test_plan_update_adds_the_newer_release_from_the_index(tmp_path: Path) -> None:
@@ -448,3 +486,122 @@ def test_credentials_in_the_index_url_are_never_printed_or_written(index_server:
     assert "r2.10.0_3.13_tpuvm" not in {flavour.tag for flavour in plan.flavours}
     checked = run_cli("update", "--check", "--matrix", str(tmp_path / "matrix.yaml"), "--set", source)
     assert checked.code == 0 and "s3cret" not in checked.out + checked.err, checked.err
+
+
+# --- companions: the torchvision and torchaudio that pin each release's torch (issue 33) ---------------------
+
+def without_companions(text: str, release: str | None = None) -> str:
+    """MATRIX without the companion lines (of one release when named)."""
+    for version, vision, audio in (("2.7.0", "0.22.0", "2.7.0"), ("2.9.0", "0.24.0", "2.9.0")):
+        if release in (None, version):
+            text = text.replace(f'    torchvision: "{vision}"\n    torchaudio: "{audio}"\n', "", 1)
+    return text
+
+
+def test_a_new_release_records_the_companions_that_pin_its_torch(tmp_path: Path) -> None:
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    index = memory_index()
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    release = yamlsrc.loads(result.after, "m.yaml").data["releases"]["2.10.1"]
+    assert (release["torchvision"], release["torchaudio"]) == ("0.25.0", "2.10.0")
+    assert result.facts[0].companions == {"torchvision": "0.25.0", "torchaudio": "2.10.0"}
+    assert '    libtpu: "0.0.30"\n    torchvision: "0.25.0"\n    torchaudio: "2.10.0"\n' in result.after
+    # The newest of each pins torch 2.10.0: one wheel read each, and the matrix's releases have theirs already.
+    assert index.read == ["torchvision-0.25.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                          "torchaudio-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    assert result.filled == () and result.warnings == ()
+
+
+def test_a_release_the_matrix_has_without_companions_gains_them(tmp_path: Path) -> None:
+    from xla_images.run.packages.upstream import plan_update, write_update
+
+    text = without_companions(MATRIX)
+    (tmp_path / "matrix.yaml").write_text(text)
+    index = memory_index()
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=index)
+    assert result.added == () and result.missing  # `update --check` fails on it
+    assert result.filled == (("2.7.0", (("torchvision", '"0.22.0"'), ("torchaudio", '"2.7.0"'))),
+                             ("2.9.0", (("torchvision", '"0.24.0"'), ("torchaudio", '"2.9.0"'))))
+    assert result.after == MATRIX  # each at the end of its release's block, every other line as it was
+    # Newest first, each wheel read once, down to the one that pins the torch.
+    assert [name.split("-cp")[0] for name in index.read] == [
+        "torchvision-0.25.0", "torchvision-0.24.1", "torchvision-0.24.0", "torchvision-0.22.0",
+        "torchaudio-2.10.0", "torchaudio-2.9.1", "torchaudio-2.9.0", "torchaudio-2.7.0"]
+    write_update(result)
+    again = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=memory_index())
+    assert not again.missing and again.after == again.before
+
+
+def test_companions_are_read_until_a_pin_below_the_torch(tmp_path: Path) -> None:
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(without_companions(MATRIX, "2.7.0"))
+    pins = {"torchvision-0.23.0": "2.8.0", "torchvision-0.22.1": "2.7.1", "torchvision-0.21.0": "2.6.0",
+            "torchvision-0.20.0": "2.5.0", "torchaudio-2.11.0": None, "torchaudio-2.7.0": "2.7.0"}
+    index = memory_index(companions=pins)
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=index)
+    # torchvision: no release pins torch 2.7.0, and 0.21.0's 2.6.0 ends the search (0.20.0 is never read);
+    # torchaudio 2.11.0 pins no torch at all: passed over, not a match.
+    assert result.filled == (("2.7.0", (("torchaudio", '"2.7.0"'),)),)
+    assert [name.split("-cp")[0] for name in index.read] == [
+        "torchvision-0.23.0", "torchvision-0.22.1", "torchvision-0.21.0", "torchaudio-2.11.0", "torchaudio-2.7.0"]
+
+
+def test_an_index_without_companions_records_none_and_says_so(tmp_path: Path) -> None:
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    index = memory_index(companions={key: pin for key, pin in COMPANION_TORCH.items() if key != "torchvision-0.25.0"})
+    del index.pages["torchaudio"]  # a private index: no such project (HTTP 404)
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    release = yamlsrc.loads(result.after, "m.yaml").data["releases"]["2.10.1"]
+    assert "torchvision" not in release and "torchaudio" not in release and result.filled == ()
+    assert result.warnings == ("the index has no torchaudio: no torchaudio version is recorded",)
+    assert result.facts[0].notes == ("no torchvision on the index pins torch 2.10.0: none recorded",)
+
+
+def test_companions_are_read_from_an_http_index(index_server: str, tmp_path: Path) -> None:
+    """Over HTTP (range requests into real zips): a companion's METADATA of another project or version is refused,
+    the old `torch (==X)` form is read, and a page the index does not have is a warning, not a failure."""
+    from fake_index import FakeIndex, json_page, wheel
+    from xla_images.run.packages.index import Index
+    from xla_images.run.packages.upstream import plan_update
+
+    four = ("3.10", "3.11", "3.12", "3.13")
+    pages = {project: [name for version in versions for name in wheels(project.replace("-", "_"), version, four)]
+             for project, versions in (("torch-xla", ("2.7.0", "2.9.0")), ("torch", ("2.7.0", "2.9.0")),
+                                       ("torchvision", ("0.22.0", "0.24.0")))}
+    pages["libtpu"] = ["libtpu-0.0.11.1-py3-none-manylinux_2_31_x86_64.whl"] + wheels("libtpu", "0.0.21", four[:3])
+    for project, names in pages.items():
+        FakeIndex.routes[f"/simple/{project}/"] = json_page([{"filename": name, "url": f"../../files/{name}"}
+                                                             for name in names])
+        for name in names:
+            version = name.split("-")[1]
+            FakeIndex.routes[f"/files/{name}"] = (200, "application/octet-stream", wheel({
+                f"torchvision-{version}.dist-info/METADATA":
+                    f"Name: torchvision\nVersion: {version}\nRequires-Dist: numpy\n"
+                    f"Requires-Dist: torch (=={ {'0.22.0': '2.7.0', '0.24.0': '2.9.0'}.get(version) })\n"}))
+    (tmp_path / "matrix.yaml").write_text(without_companions(MATRIX))
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",),
+                         index=Index(f"{index_server}/simple/", attempts=1))
+    assert result.filled == (("2.7.0", (("torchvision", '"0.22.0"'),)), ("2.9.0", (("torchvision", '"0.24.0"'),)))
+    assert result.warnings == ("the index has no torchaudio: no torchaudio version is recorded",)
+    assert "/simple/torchaudio/" in FakeIndex.requests
+    # `update --check` fails while a release lacks its companions, naming them and the rule.
+    from hostile_inputs import run_cli
+
+    source = f'wheel_sources=[{{name: local, index_url: "{index_server}/simple"}}]'
+    checked = run_cli("update", "--check", "--matrix", str(tmp_path / "matrix.yaml"), "--set", source)
+    assert checked.code == 1 and "[update-behind]" in checked.err, checked.err
+    assert "the index has the companions of torch_xla 2.7.0, 2.9.0, which the matrix lacks" in checked.err
+    assert "torch_xla 2.7.0: companions torchvision 0.22.0" in checked.out
+    # A wheel whose METADATA is another project's gives no pin: the index is refused, naming the rule.
+    name = next(name for name in pages["torchvision"] if "-0.24.0-" in name)
+    FakeIndex.routes[f"/files/{name}"] = (200, "application/octet-stream", wheel({
+        "torch-0.24.0.dist-info/METADATA": "Name: torch\nVersion: 0.24.0\nRequires-Dist: torch==2.9.0\n"}))
+    with pytest.raises(Failure) as caught:
+        plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",),
+                    index=Index(f"{index_server}/simple/", attempts=1))
+    assert caught.value.rule == "wheel-metadata" and "not torchvision 0.24.0" in caught.value.message

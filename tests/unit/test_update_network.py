@@ -1,5 +1,5 @@
 """`build.py update` against the real package index: with 2.9.0 removed from a copy of matrix.yaml, `update --write`
-restores it from the index alone, and `update --check` fails before and passes after.
+restores it (its companions too) from the index alone, and `update --check` fails before and passes after.
 
 Range requests only (a few hundred KB): seconds. Without the network the test is skipped on a developer's machine
 and fails under CI, where the index is reachable (like test_wheels_network.py).
@@ -56,6 +56,10 @@ def test_update_restores_2_9_0_from_the_index(tmp_path: Path) -> None:
     doc = yamlsrc.load(tmp_path / "matrix.yaml")
     release = doc.data["releases"]["2.9.0"]
     assert (release["torch"], release["libtpu"], release["python_support"]) == ("2.9.0", "0.0.21", ">=3.10,<3.14")
+    # The companions whose METADATA pins torch 2.9.0 (issue 33), in the constraints of every 2.9.0 flavour.
+    assert (release["torchvision"], release["torchaudio"]) == ("0.24.0", "2.9.0")
+    constraints = (tmp_path / "Dockerfiles" / "r2.9.0_3.11_cpu" / "constraints.txt").read_text().splitlines()
+    assert "torchvision==0.24.0" in constraints and "torchaudio==2.9.0" in constraints
     plan = load_plan(tmp_path / "matrix.yaml")  # validates, wheel-python included
     tags = {flavour.tag for flavour in plan.flavours if flavour.torch_xla == "2.9.0"}
     assert {f"r2.9.0_{python}_cpu" for python in ("3.10", "3.11", "3.12", "3.13")} <= tags

@@ -163,3 +163,77 @@ def test_host_offload_execution_compares_values(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(compat, "host_offload_ops", lambda: (lambda t: t * 1.0, lambda t: t * 1.01))
     outcome = host_offload.run_execution(Context(Expectations()))
     assert "gradient 0: max abs difference" in outcome.message
+
+
+# --- companions (torchvision, torchaudio) ----------------------------------------------------------------------
+
+COMPANION_PINS = {"torchvision": "0.24.0", "torchaudio": "2.9.0"}  # the ones torch 2.9.0 goes with
+
+
+@pytest.fixture(scope="module")
+def companion_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torchvision and torchaudio for the host's torch, installed (no dependencies) into a directory of their own:
+    the venv has neither, as an image without `companions:` has neither."""
+    import importlib.metadata
+
+    if importlib.metadata.version("torch").split("+")[0] != "2.9.0":
+        pytest.skip("the companions pinned here go with torch 2.9.0")
+    target = tmp_path_factory.mktemp("companions")
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                             *(f"{name}=={version}" for name, version in COMPANION_PINS.items())],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 and not os.environ.get("CI"):
+        pytest.skip(f"the package index is not reachable here: {result.stderr[-300:]}")
+    assert result.returncode == 0, result.stderr
+    return target
+
+
+def run_in_subprocess(*args: str, site: Path | None = None, companions: str | None = None) -> dict[str, Any]:
+    """The suite in a fresh interpreter (an imported torchvision stays imported): its report's checks by name."""
+    env = {**os.environ, "PJRT_DEVICE": "CPU",
+           "PYTHONPATH": os.pathsep.join(str(path) for path in (SMOKE_DIR, site) if path)}
+    env.pop("XLA_IMAGES_COMPANIONS", None)
+    if companions is not None:
+        env["XLA_IMAGES_COMPANIONS"] = companions
+    result = subprocess.run([sys.executable, "-m", "xla_smoke", "--json", *args], capture_output=True, text=True,
+                            timeout=600, env=env)
+    return by_name(json.loads(result.stdout))
+
+
+def test_companions_are_skipped_when_the_image_has_none_and_failed_when_it_lacks_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from xla_smoke.checks import companions
+    from xla_smoke.context import Context
+    from xla_smoke.expectations import Expectations
+
+    context = Context(Expectations())
+    monkeypatch.delenv("XLA_IMAGES_COMPANIONS", raising=False)
+    monkeypatch.setattr(companions, "installed_version", lambda name: None)
+    outcome = companions.run_torchvision(context)
+    assert outcome.status == "skipped" and "XLA_IMAGES_COMPANIONS is unset" in outcome.message
+    assert companions.run_torchaudio(context).status == "skipped"
+    # An image that says it installs one and does not: a failure, never a skip.
+    monkeypatch.setenv("XLA_IMAGES_COMPANIONS", "torchvision==0.24.0 torchaudio==2.9.0")
+    outcome = companions.run_torchvision(context)
+    assert outcome.status == "failed" and "installs torchvision 0.24.0" in outcome.message
+    # Another version than the image installs: named, before anything is imported.
+    monkeypatch.setattr(companions, "installed_version", lambda name: "0.23.0")
+    assert companions.run_torchvision(context).message == "torchvision is 0.23.0, the image installs 0.24.0"
+
+
+def test_installed_companions_run_their_ops_on_the_xla_device(companion_site: Path) -> None:
+    # torchaudio is installed but not named: what a derived image's `pip install torchaudio` makes, checked too.
+    checks = run_in_subprocess("--only", "torchvision,torchaudio", site=companion_site,
+                               companions=f"torchvision=={COMPANION_PINS['torchvision']}")
+    for name, version in COMPANION_PINS.items():
+        assert checks[name]["status"] == "passed", checks[name]["message"]
+        assert checks[name]["metrics"]["installed"] == version
+
+
+def test_a_companion_op_that_differs_from_the_cpu_is_a_failure() -> None:
+    import torch
+
+    from xla_smoke.checks import companions
+
+    assert companions._compare("op", torch.ones(3), torch.ones(3)) == []
+    assert companions._compare("op", torch.ones(3) * 2, torch.ones(3))[0].startswith("op: max abs difference")

@@ -19,7 +19,8 @@ if str(SMOKE_DIR) not in sys.path:
 
 from xla_smoke import checks, cli  # noqa: E402
 
-ALL_CHECKS = ["environment", "scan", "scan_layers", "compile_time", "host_offload", "host_offload_exec", "tracing"]
+ALL_CHECKS = ["environment", "scan", "scan_layers", "compile_time", "host_offload", "host_offload_exec", "tracing",
+              "torchvision", "torchaudio"]
 REPORT_KEYS = {"suite", "schema", "expected", "environment", "checks", "metrics", "summary"}
 METRIC_KEYS = {"layers", "compile_loop_s", "compile_scan_s", "compile_ratio", "compile_sweep", "trace_steps_per_s",
                "trace_steps_per_s_iqr"}

@@ -26,8 +26,10 @@ def update(plan: Plan, releases: tuple[str, ...], allow: tuple[str, ...], write:
     \b
     For each release this works out, from the index alone (simple API + the wheel's METADATA, read with
     HTTP range requests): the torch pin, the libtpu pin (the `tpu` extra), the pythons torch_xla and torch
-    both have wheels for (python_support), the git tags, and an exclude for each python its libtpu has no
-    wheel for. Comments and order of matrix.yaml are kept; nothing is written unless the result validates.
+    both have wheels for (python_support), the git tags, an exclude for each python its libtpu has no
+    wheel for, and the torchvision and torchaudio whose METADATA pins that torch (also added to a release
+    the matrix has without them). Comments and order of matrix.yaml are kept; nothing is written unless the
+    result validates.
     The wheel facts of every pin go to matrix.wheels.json, which `validate` checks offline (rule wheel-python).
     Yanked files (PEP 592) are skipped; a release that skips more than a minor release is left out with a
     warning unless --allow names it.
@@ -44,28 +46,24 @@ def update(plan: Plan, releases: tuple[str, ...], allow: tuple[str, ...], write:
                           hint="--check for a scheduled job, --write to apply")
     result = upstream.plan_update(plan.matrix_path, plan.site, releases, allow=allow,
                                   progress=lambda line: click.echo(line, err=True))
-    for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    for facts in result.facts:
-        commits = ", ".join(f"{name} {commit[:12]}" for name, commit in (("torch_xla", facts.xla_commit),
-                                                                         ("torch", facts.torch_commit)) if commit)
-        click.echo(f"torch_xla {facts.torch_xla}: torch {facts.torch}, libtpu {facts.libtpu or '-'}"
-                   + (f"; the wheel was built from {commits}" if commits else ""))
-        for note in facts.notes:
-            click.echo(f"  note: {note}")
+    _say_facts(result)
     if result.diff:
         click.echo(result.diff, nl=False)
     if result.cache_after != result.cache_before:
         click.echo(f"{result.cache_path.name}: wheel facts {'updated' if write else 'would be updated'}")
     if check_only:
         if result.missing:
-            raise Failure(f"the index has torch_xla {', '.join(result.added)}, which the matrix lacks",
+            lacks = [f"torch_xla {', '.join(result.added)}"] if result.added else []
+            lacks += [f"the companions of torch_xla {', '.join(version for version, _ in result.filled)}"
+                      ] if result.filled else []
+            raise Failure(f"the index has {' and '.join(lacks)}, which the matrix lacks",
                           rule="update-behind", hint="run `./build.py update --write`, then `./build.py lock "
                                                      "--stale-only`, and commit the result")
         click.echo(f"up to date with {result.index_url}")
         return
     if not write:
-        click.echo("added: " + ", ".join(result.added) if result.added else "the matrix has every release")
+        click.echo("added: " + ", ".join(result.added) if result.added else "the matrix has every release"
+                   + ("" if not result.filled else "; companions would be added (--write)"))
         return
     written = upstream.write_update(result)
     for path in written:
@@ -73,3 +71,20 @@ def update(plan: Plan, releases: tuple[str, ...], allow: tuple[str, ...], write:
     rendered = sync.write(plan_for_site(plan.matrix_path, plan.site))
     click.echo(f"rendered: {len(rendered.written)} written, {len(rendered.removed)} removed; "
                "now run `./build.py lock --stale-only`")
+
+
+def _say_facts(result: upstream.UpdateResult) -> None:
+    """The warnings, then what was read for each release added and each release whose companions were."""
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for facts in result.facts:
+        commits = ", ".join(f"{name} {commit[:12]}" for name, commit in (("torch_xla", facts.xla_commit),
+                                                                         ("torch", facts.torch_commit)) if commit)
+        companions = "".join(f", {name} {version}" for name, version in facts.companions.items())
+        click.echo(f"torch_xla {facts.torch_xla}: torch {facts.torch}, libtpu {facts.libtpu or '-'}{companions}"
+                   + (f"; the wheel was built from {commits}" if commits else ""))
+        for note in facts.notes:
+            click.echo(f"  note: {note}")
+    for version, settings in result.filled:
+        click.echo(f"torch_xla {version}: companions " + ", ".join(f"{key} {value.strip(chr(34))}"
+                                                                    for key, value in settings))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model import compression, matrix, site
-from ..model.flavour import Abi, Accelerator, Channel
+from ..model.flavour import COMPANIONS, Abi, Accelerator, Channel
 
 SCHEMAS_DIR = Path("schemas")
 MATRIX_SCHEMA = SCHEMAS_DIR / "matrix.schema.json"
@@ -73,6 +73,10 @@ def matrix_schema() -> dict[str, Any]:
         "pythons": _pythons(), "accelerators": _word_list(Accelerator), "abis": _word_list(Abi),
         "default_abi": {"enum": _words(Abi)}, "libtpu": _version(matrix.PACKAGE_VERSION, "0.0.21"),
         "channel": {"enum": _words(Channel)},
+        # Companions: the versions `update` records (the one whose METADATA pins the release's torch) and which
+        # of them the release installs.
+        **{name: _version(matrix.PACKAGE_VERSION, example) for name, example in zip(COMPANIONS, ("0.24.0", "2.9.0"))},
+        "companions": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(COMPANIONS)}},
     }, matrix.RELEASE_KEYS, required=list(matrix.RELEASE_REQUIRED))
     exclude = _closed({key: {"type": ["string", "number"]} for key in sorted(matrix.EXCLUDE_KEYS)},
                       matrix.EXCLUDE_KEYS, minProperties=1)

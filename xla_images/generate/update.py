@@ -3,6 +3,8 @@
 `run.packages.upstream` reads the facts from the package index; this module decides, without the network:
 * the release block: torch, the git revisions, python_support (the pythons for which torch_xla and torch both
   have wheels), libtpu (the `tpu` extra's exact pin);
+* the companions (torchvision, torchaudio): the version of each whose METADATA pins the release's torch, a
+  setting of its own (`torchvision: "0.24.0"`), also added to a release the matrix has without it (`fill`);
 * the excludes that follow: a python the release builds whose libtpu pin has no wheel is a tpu flavour that
   cannot be locked (2.9.0 / libtpu 0.0.21 / 3.13), so it is excluded, with a comment that says why;
 * the text edit: matrix.yaml is edited as text at the positions its loader recorded (yamlsrc), so every comment,
@@ -21,7 +23,7 @@ from packaging.version import Version
 from .. import yamlsrc
 from ..errors import ConfigError, Failure, Location
 from ..model import matrix, wheel_index
-from ..model.flavour import Accelerator
+from ..model.flavour import COMPANIONS, Accelerator
 from ..model.site import Site
 from ..model.target import bind
 from .plan import check_wheels
@@ -43,6 +45,8 @@ class ReleaseFacts:
     xla_commit: str = ""
     torch_commit: str = ""
     notes: tuple[str, ...] = field(default=())
+    # Companion -> the version whose METADATA pins this torch (none found: absent).
+    companions: dict[str, str] = field(default_factory=dict)
 
     def serves(self, project: str, python: str) -> bool:
         return wheel_index.serves(self.wheels.get(project, ()), python)
@@ -91,7 +95,13 @@ def decide(facts: ReleaseFacts, default_pythons: tuple[str, ...],
                           "matrix builds only tpu flavours", rule="update-facts",
                           hint="add it by hand with a libtpu that has wheels, or add cpu to defaults.accelerators")
         settings.append(("accelerators", "[" + ", ".join(others) + "]"))
+    settings += companion_settings(facts.companions)
     return Decision(facts.torch_xla, tuple(settings), tuple(excludes), built)
+
+
+def companion_settings(versions: dict[str, str]) -> list[tuple[str, str]]:
+    """The release settings that record companion versions, in COMPANIONS order."""
+    return [(name, _quoted(versions[name])) for name in COMPANIONS if name in versions]
 
 
 def _candidates(facts: ReleaseFacts, default_pythons: tuple[str, ...]) -> list[str]:
@@ -143,6 +153,28 @@ def edit_matrix(text: str, shown: str, decisions: list[Decision]) -> Edit:
             lines = _add_excludes(lines, yamlsrc.loads("".join(lines), shown), decision, shown)
         added.append(decision.torch_xla)
     return Edit("".join(lines), tuple(added))
+
+
+def fill(text: str, shown: str, version: str, settings: list[tuple[str, str]]) -> str | None:
+    """`text` with `settings` added at the end of release `version`'s block (every other line as it was); None
+    when that release is written in flow style (`"2.9.0": {...}`), which is not edited in place."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    doc = yamlsrc.loads("".join(lines), shown)
+    release = doc.data["releases"][version]
+    key_line = doc.lines[("releases", version)] - 1
+    if not isinstance(release, dict) or not release or \
+            doc.lines[("releases", version, next(iter(release)))] - 1 == key_line:
+        return None
+    inner = _inner_indent(lines, doc, version, _indent(lines[key_line]))
+    end = key_line + 1
+    for index in range(key_line + 1, len(lines)):  # the block: its lines indented deeper than the release key
+        if lines[index].strip() and not lines[index].startswith(inner):
+            break
+        if lines[index].strip() and not lines[index].lstrip().startswith("#"):
+            end = index + 1
+    return "".join(lines[:end] + [f"{inner}{key}: {value}\n" for key, value in settings] + lines[end:])
 
 
 def _add_release(lines: list[str], doc: yamlsrc.YamlDoc, releases: dict, decision: Decision,

@@ -27,6 +27,9 @@ VENV = "/opt/venv"
 IMAGE_TREE = "/opt/xla-images"
 # The packages that make the flavour: a derived image that changed one of them is another image.
 FLAVOUR_PACKAGES = ("torch", "torch-xla", "libtpu")
+# The packages built against the flavour's torch (xla_images.model.flavour.COMPANIONS; the constraints pin the one
+# built for it): not installed is fine, another version than the pinned one is a problem.
+COMPANION_PACKAGES = ("torchvision", "torchaudio")
 RULE_FACTS = "check-facts"
 RULE_VENV = "check-venv"
 RULE_ELF = "check-elf"
@@ -156,6 +159,12 @@ def version_problems(pins: dict[str, str], installed: dict[str, str]) -> tuple[d
             problems.append(Problem("version", f"{name} {pinned} is no longer installed"))
         elif found != pinned:
             problems.append(Problem("version", f"{name} changed {pinned} -> {found}"))
+    for name in COMPANION_PACKAGES:
+        pinned, found = pins.get(name), installed.get(name)
+        if pinned and found and found != pinned:
+            packages[name] = (pinned, found)
+            problems.append(Problem("version", f"{name} is {found}, not {pinned}, the one built for torch "
+                                               f"{pins.get('torch')}"))
     return packages, problems
 
 

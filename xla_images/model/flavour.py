@@ -17,6 +17,12 @@ from ..names import (DEVEL_STAGE, ENV_PREFIX, IMAGE_CONSTRAINTS, LABEL_PREFIX, P
 
 
 
+# The packages built against one torch release that a derived image installs most often (docs/derived.md): the
+# version of each that pins a release's torch is a release fact `update` learns from the index, and every image's
+# constraints pin it; a release may install them (`companions:` in matrix.yaml).
+COMPANIONS = ("torchvision", "torchaudio")
+
+
 class Abi(str, enum.Enum):
     """The libstdc++ dual ABI a flavour's torch and torch_xla are built with."""
 
@@ -216,6 +222,9 @@ class Flavour:
     # The runtime image, or its devel image (Variant). matrix.py declares runtime flavours; `devel` derives the
     # other, with its aliases suffixed like its tag.
     variant: Variant = Variant.RUNTIME
+    # (name, version) of each companion the release records (COMPANIONS order), and the names it installs.
+    companion_versions: tuple[tuple[str, str], ...] = ()
+    companions: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -276,6 +285,11 @@ class Flavour:
         return dataclasses.replace(pinned, aliases=(str(pinned.nightly_dated_tag),))
 
     @property
+    def installed_companions(self) -> tuple[tuple[str, str], ...]:
+        """(name, version) of each companion the image installs, in COMPANIONS order."""
+        return tuple((name, version) for name, version in self.companion_versions if name in self.companions)
+
+    @property
     def tags(self) -> tuple[str, ...]:
         """The tag first, then its aliases: everything this flavour is published under."""
         return (self.tag, *self.aliases)
@@ -309,6 +323,8 @@ class Flavour:
             # `pip wheel .` of an extension builds against the image's torch (whose flag sets the ABI), not
             # against a torch pip would download into an isolated build environment ("0" turns isolation off).
             env["PIP_NO_BUILD_ISOLATION"] = "0"
+        if self.companions:  # what the smoke suite holds the installed companions to
+            env[f"{ENV_PREFIX}_COMPANIONS"] = companion_words(self.installed_companions)
         return env
 
     @property
@@ -355,6 +371,8 @@ class Flavour:
             labels["org.opencontainers.image.description"] += ", devel (C++ toolchain for extensions)"
             labels[VARIANT_LABEL] = self.variant.value
             labels[f"{LABEL_PREFIX}.runtime-tag"] = self.runtime_tag
+        if self.companions:
+            labels[f"{LABEL_PREFIX}.companions"] = companion_words(self.installed_companions)
         labels.update(dict(self.extra_labels))
         return labels
 
@@ -376,6 +394,11 @@ class Flavour:
         """Filter used by list/build/resolve. `torch_xla` may be a prefix such as `2.9` (matches 2.9.x)."""
         return facts_match(self.filter_facts, {"abi": abi, "python": python, "torch_xla": torch_xla,
                                                "accelerator": accelerator, "variant": variant})
+
+
+def companion_words(pins: tuple[tuple[str, str], ...]) -> str:
+    """`torchvision==0.24.0 torchaudio==2.9.0`: the installed companions as the image's env and label say them."""
+    return " ".join(f"{name}=={version}" for name, version in pins)
 
 
 # What a function that takes Flavours or Targets gives back: the same kind it was given.

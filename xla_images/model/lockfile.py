@@ -119,7 +119,23 @@ def format_constraints(flavour: Flavour, lock_text: str) -> str:
         "# Opt out with an empty PIP_CONSTRAINT (`ENV PIP_CONSTRAINT=`), UV_CONSTRAINT for uv (docs/derived.md).",
     ]
     lines.extend(pins or _release_pins(flavour))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _companion_lines(flavour, entries)) + "\n"
+
+
+def _companion_lines(flavour: Flavour, entries: Iterable[LockEntry]) -> list[str]:
+    """The companions the release records and the image does not install: pinned here only (a lock holds what the
+    image installs, nothing else), so that `pip install torchvision` takes the one built for this torch. Their own
+    requirements beyond the lock (torchvision's pillow) stay free: nothing in the image pins them."""
+    locked = {canonicalize_name(entry.name) for entry in entries}
+    missing = [(name, version) for name, version in flavour.companion_versions
+               if canonicalize_name(name) not in locked and name not in flavour.companions]
+    if not missing:
+        return []
+    lines = ["# Companions built for this torch (not installed; `./build.py update` learns them from the index):"]
+    if not flavour.is_default_abi:
+        lines.append(f"# the index's builds are {flavour.release_default_abi.title}: in this {flavour.abi.title} image "
+                     "their extensions do not load (xla-images-check names them)")
+    return lines + [f"{name}=={version}" for name, version in missing]
 
 
 def _release_pins(flavour: Flavour) -> list[str]:
@@ -129,7 +145,8 @@ def _release_pins(flavour: Flavour) -> list[str]:
         pins = [f"torch{nightly_specifier(flavour.nightly_base)}", f"torch_xla{nightly_specifier(flavour.nightly_base)}"]
     else:
         pins = [f"torch=={flavour.torch}", f"torch_xla=={flavour.torch_xla}"]
-    return pins + ([f"libtpu=={flavour.libtpu}"] if flavour.libtpu else [])
+    return pins + ([f"libtpu=={flavour.libtpu}"] if flavour.libtpu else []) \
+        + [f"{name}=={version}" for name, version in flavour.installed_companions]
 
 
 def constraints_digest(text: str) -> str:

@@ -17,6 +17,9 @@ checked when target.bind binds the flavours to a site):
   latest-python     defaults.latest_python is a python some release builds (or `none`: nothing carries latest)
   schema-duplicate  a list names the same python, accelerator or abi twice
   matrix-size       at most MAX_FLAVOURS flavours and MAX_EXCLUDES excludes, so every command answers quickly
+  companion-*       `companions:` names torchvision/torchaudio only (companion-name), each with the version the
+                    release records (companion-version), in releases that build only their default ABI, the one
+                    the index's companion wheels are built for (companion-abi)
 """
 from __future__ import annotations
 
@@ -30,13 +33,14 @@ from packaging.version import Version
 
 from .. import yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
-from .flavour import Abi, Accelerator, AnyFlavour, Channel, Flavour, abi_suffix, make_tag_prefix, minor
+from .flavour import (COMPANIONS, Abi, Accelerator, AnyFlavour, Channel, Flavour, abi_suffix, make_tag_prefix,
+                      minor)
 
 SCHEMA_VERSION = 1
 TOP_KEYS = {"schema", "defaults", "releases", "exclude"}
 DEFAULT_KEYS = {"pythons", "accelerators", "default_abi", "abis", "latest_python"}
 RELEASE_KEYS = {"torch", "pytorch_git_rev", "xla_git_rev", "python_support", "pythons", "accelerators", "abis",
-                "default_abi", "libtpu", "channel"}
+                "default_abi", "libtpu", "channel", "companions", *COMPANIONS}
 RELEASE_REQUIRED = ("torch", "pytorch_git_rev", "xla_git_rev", "python_support")
 EXCLUDE_KEYS = {"torch_xla", "python", "abi", "accelerator"}
 # Matched with fullmatch and ASCII digits: "2.9.0\n" and "٢.٩.٠" are not versions (and would break Version()).
@@ -67,6 +71,8 @@ class Release:
     libtpu: str | None
     declared_at: Location
     channel: Channel = Channel.RELEASE
+    companion_versions: tuple[tuple[str, str], ...] = ()
+    companions: tuple[str, ...] = ()
 
 
 class _Collector:
@@ -363,13 +369,51 @@ def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, def
                                "0.0.21")
     revs = [_git_rev(errors, keys + (name,), settings.get(name), name) if name in settings else None
             for name in ("pytorch_git_rev", "xla_git_rev")]
+    companion_versions = tuple((name, _version_text(errors, keys + (name,), settings[name], PACKAGE_VERSION, name,
+                                                    "0.24.0")) for name in COMPANIONS if name in settings)
+    companions = (_companions(errors, keys, version, settings, dict(companion_versions), abis, default_abi)
+                  if "companions" in settings else ())
     if len(errors.errors) > before:
         return None  # rules below would only repeat what the schema errors already say
     _check_release_rules(errors, keys, version, torch, support, pythons, accelerators, libtpu, settings)
     if len(errors.errors) > before:
         return None
     return Release(version, str(torch), str(revs[0]), str(revs[1]), support, pythons, accelerators, abis,
-                   default_abi, libtpu, errors.doc.loc(keys), channel)
+                   default_abi, libtpu, errors.doc.loc(keys), channel,
+                   tuple((name, str(text)) for name, text in companion_versions), companions)
+
+
+def _companions(errors: _Collector, keys: KeyPath, version: str, settings: dict, versions: dict[str, str | None],
+                abis: tuple[Abi, ...], default_abi: Abi | None) -> tuple[str, ...]:
+    """The companions a release installs: known names, each once, each with its recorded version; and only in
+    the release's default ABI, the one the index's companion wheels are built for (2.6's torchvision 0.21.0 is
+    pre-C++11 like its torch: in a C++11 image its extension would not load)."""
+    value, at = settings["companions"], keys + ("companions",)
+    if not isinstance(value, list) or not value:
+        errors.error(at, "companions must be a non-empty list of package names", "schema-type",
+                     f"for example companions: [{COMPANIONS[0]}]")
+        return ()
+    names: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or item not in COMPANIONS:
+            close = _closest(item, set(COMPANIONS)) if isinstance(item, str) and len(item) < 100 else None
+            errors.error(at + (index,), f"unknown companion {shown_value(item)}", "companion-name",
+                         (f"did you mean {close!r}? " if close else "") + f"companions are {', '.join(COMPANIONS)}")
+        elif item in names:
+            errors.error(at + (index,), f"companion {item} is listed twice", "schema-duplicate", "list each once")
+        elif item not in versions:
+            errors.error(at + (index,), f"release {version} installs {item} but records no {item} version",
+                         "companion-version", "run `./build.py update --write`: it learns from the index the "
+                         f"{item} that pins this release's torch and writes `{item}:` under the release")
+        else:
+            names.append(item)
+    others = [abi.value for abi in abis if abi is not default_abi]
+    if names and others:
+        errors.error(at, f"release {version} builds {', '.join(others)} flavours too, and the index's {names[0]} is "
+                     f"built for its default ABI ({default_abi.value if default_abi else '?'}) only",
+                     "companion-abi", f"build only the default ABI (abis: [{default_abi.value if default_abi else ''}]"
+                     ") to install companions, or drop `companions:` (the constraints still pin them)")
+    return tuple(name for name in COMPANIONS if name in names)
 
 
 def _check_one_nightly(errors: _Collector, releases: list[Release]) -> None:
@@ -486,6 +530,8 @@ def _flavour(doc: yamlsrc.YamlDoc, release: Release, python: str, accelerator: A
         nightly_base=release.torch_xla if release.channel is Channel.NIGHTLY else "",
         abis_declared_at=doc.loc(keys + ("abis",)),
         channel_declared_at=doc.loc(keys + ("channel",)),
+        companion_versions=release.companion_versions,
+        companions=release.companions,
     )
 
 

@@ -45,8 +45,8 @@ class Target(Flavour):
         return dataclasses.replace(devel, id=devel_id(self.id, devel))
 
     @property
-    def requirements(self) -> tuple[str, ...]:
-        """Top-level pins installed into the image, in order.
+    def layer_requirements(self) -> tuple[str, ...]:
+        """The requirements that root the image's layers (torch, torch_xla, libtpu), in order.
 
         A nightly asks for any dev build of its base release: the lock picks the newest night, and these
         stay the same from night to night, so a lock is stale only when the matrix or site changed.
@@ -64,6 +64,12 @@ class Target(Flavour):
         return tuple(pins)
 
     @property
+    def requirements(self) -> tuple[str, ...]:
+        """What the lock resolves: the layer roots, then the companions the flavour installs (never roots: what
+        no root reaches goes into the torch_xla layer, xla_images/layers.py)."""
+        return self.layer_requirements + tuple(f"{name}=={version}" for name, version in self.installed_companions)
+
+    @property
     def pinned_versions(self) -> dict[str, str]:
         """The exact version of each top-level package the image must hold (what the image checks compare)."""
         source = self.wheel_source
@@ -73,6 +79,7 @@ class Target(Flavour):
             versions = {"torch": self.torch + source.torch_local, "torch_xla": self.torch_xla + source.torch_xla_local}
         if self.libtpu:
             versions["libtpu"] = self.libtpu
+        versions.update(self.installed_companions)
         return versions
 
     def to_json(self) -> dict[str, Any]:

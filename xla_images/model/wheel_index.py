@@ -6,7 +6,7 @@ publishes no cp313 wheel: a 3.13 tpu flavour of 2.9.0 cannot exist). The index k
 WHEELS_FILE next to matrix.yaml, committed with the matrix it describes, and validation checks every flavour
 whose wheels come from that index against it:
 
-  wheel-python   torch_xla, torch or (tpu) libtpu has no wheel for the flavour's python
+  wheel-python   torch_xla, torch, (tpu) libtpu or an installed companion has no wheel for the flavour's python
   wheel-cache    the cache file is not what `update` writes
 
 A pin the cache does not know is not checked (the lock still is the final word); `update --write` fills it.
@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import userfiles
 from ..errors import ConfigError, Location, XlaImagesError, shown_value, without_credentials
-from .flavour import Accelerator, Flavour
+from .flavour import COMPANIONS, Accelerator, Flavour
 
 WHEELS_FILE = "matrix.wheels.json"
 # Where wheels come from when a wheel source names no index_url: pip's default, the public index.
@@ -37,7 +37,7 @@ _CPYTHON = re.compile(r"cp3(\d{1,2})", re.ASCII)
 _PYTHON_ENTRY = re.compile(r"3\.\d{1,2}\+?|3\+", re.ASCII)
 # The platforms images are built for (model.lockfile.PLATFORMS names manylinux x86_64 ones).
 _PLATFORM = re.compile(r"(many)?linux(1|2010|2014|_\d+_\d+)?_x86_64", re.ASCII)
-PACKAGES = ("torch-xla", "torch", "libtpu")
+PACKAGES = ("torch-xla", "torch", "libtpu", *COMPANIONS)
 
 
 def wheel_pythons(filenames: Iterable[str], project: str, version: str) -> tuple[str, ...]:
@@ -166,7 +166,7 @@ def pins(flavour: Flavour) -> list[tuple[str, str]]:
     found = [("torch-xla", flavour.torch_xla), ("torch", flavour.torch)]
     if flavour.accelerator is Accelerator.TPU and flavour.libtpu:
         found.append(("libtpu", flavour.libtpu))
-    return found
+    return found + list(flavour.installed_companions)
 
 
 def source_url(index_url: str | None) -> str:

@@ -16,10 +16,13 @@ CHECKS: dict[str, tuple[str, str]] = {
     "host_offload": ("host_offload", "place_to_host/place_to_device lower to annotate_device_placement calls"),
     "host_offload_exec": ("host_offload", "host offload inside forward+backward gives correct values (TPU only)"),
     "tracing": ("tracing", "traced steps per second of a tracing-bound model with a cached graph"),
+    "torchvision": ("companions", "torchvision (when installed) imports; nms and a resize on the XLA device"),
+    "torchaudio": ("companions", "torchaudio (when installed) imports; two functional ops on the XLA device"),
 }
 
 # Checks whose module holds more than one check name the function to call; the rest use `run`.
-ENTRY_POINTS: dict[str, str] = {"host_offload": "run_lowering", "host_offload_exec": "run_execution"}
+ENTRY_POINTS: dict[str, str] = {"host_offload": "run_lowering", "host_offload_exec": "run_execution",
+                                 "torchvision": "run_torchvision", "torchaudio": "run_torchaudio"}
 
 
 def names() -> list[str]:

@@ -77,6 +77,11 @@ class IndexFile:
         return WHEEL_NAME.fullmatch(self.filename)
 
 
+class NotFound(Failure):
+    """The index answered 404: it has no such project page (or file). A Failure like any other answer of the wrong
+    kind (`index-answer`), which a caller may tell apart: `update` records no companion an index does not have."""
+
+
 class _Transient(Exception):
     """A failure worth retrying: no connection, a timeout, a 5xx or 429."""
 
@@ -254,7 +259,8 @@ class Index:
             raise _Transient(f"HTTP {response.status_code}")
         if response.status_code not in (200, 206):
             response.close()
-            raise Failure(f"{url} answered HTTP {response.status_code}", location=url, rule="index-answer",
+            kind = NotFound if response.status_code == 404 else Failure
+            raise kind(f"{url} answered HTTP {response.status_code}", location=url, rule="index-answer",
                           hint="is the project name right, and the wheel source's index_url a simple index?")
         return response
 

@@ -245,7 +245,7 @@ def _checked_flavour(flavour: Target, lock: Lock, finder: WheelFinder) -> Layout
             return LayoutResult(flavour.tag, (), False)
         facts[entry.sha256] = found
     dists = dists_of(flavour, lock, facts)
-    roots = [layers.root_name(root) for root in flavour.requirements]
+    roots = [layers.root_name(root) for root in flavour.layer_requirements]
     try:
         layout = layers.plan(roots, dists, set(dists), _site_packages(flavour.python),
                              target_environment(flavour.python))
@@ -275,7 +275,7 @@ def _code_digest() -> str:
 def verdict_key(flavour: Target, lock: Lock) -> str:
     """The sha256 of everything check_flavour's answer depends on. A wheel's facts are named by its sha256."""
     inputs = {"code": _code_digest(), "venv": names.VENV, "python": flavour.python,
-              "roots": [layers.root_name(root) for root in flavour.requirements],
+              "roots": [layers.root_name(root) for root in flavour.layer_requirements],
               "environment": target_environment(flavour.python),
               "wheels": [[entry.name, entry.version, entry.sha256] for entry in lock.entries]}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

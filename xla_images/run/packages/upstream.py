@@ -4,7 +4,12 @@ For every torch_xla release on the index newer than the matrix's newest (or each
 * the release's files on the index (simple API), and one torch_xla wheel's METADATA and torch_xla/version.py by
   HTTP range requests (run.packages.index): the `tpu` extra's `libtpu==` pin, a `torch==` pin if the wheel has one, and
   the commits the wheel was built from;
-* torch's and libtpu's files, for the pythons each has x86_64 Linux wheels for.
+* torch's and libtpu's files, for the pythons each has x86_64 Linux wheels for;
+* the companions (torchvision, torchaudio): the newest release of each whose METADATA pins the release's torch
+  exactly (`torch==2.9.0`), read newest first with the same range requests, stopping at a pin below that torch
+  (the pins rise with the companion's version) or after MAX_COMPANION_READS wheels. They are written for a new
+  release, and added to a release the matrix already has without them (UpdateResult.filled). An index that has
+  no page for a companion records none (a warning), as does a torch no companion pins.
 torch_xla's wheels pin no torch (2.6 to 2.9 do not): torch is then the newest torch release of torch_xla's
 major.minor that is not newer than torch_xla itself (2.8.1 -> 2.8.0, 2.9.0 -> 2.9.0), which is how upstream pairs
 them. The git revisions are the release tags (`v<torch>`, `v<torch_xla>`, what wheel-builds/ checks out); the
@@ -31,9 +36,9 @@ from ...errors import ConfigError, Failure, Location, redacted, shown_value, wit
 from ...generate import update as decide_update
 from ...generate.update import ReleaseFacts
 from ...model import matrix, wheel_index
-from ...model.flavour import Channel
+from ...model.flavour import COMPANIONS, Channel
 from ...model.site import Site
-from .index import Index, IndexFile, parse_metadata
+from .index import Index, IndexFile, NotFound, parse_metadata
 
 # The pythons a METADATA's markers are evaluated for when the caller names none (the matrix's usual ones).
 DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -42,6 +47,9 @@ MAX_REQUIREMENT = 4096
 _COMMIT = re.compile(r"""__(xla|torch)_gitrev__\s*=\s*['"]([0-9a-f]{7,64})['"]""")
 # The python a wheel is read for when several exist: any x86_64 Linux one carries the same METADATA.
 _WHEEL_PLATFORM = re.compile(r"(many)?linux[_0-9a-z]*_x86_64")
+# Companion wheels read for one torch at most: from the newest companion release down to the one that pins a
+# torch four minor releases back is ~15 (torchvision 0.29.2 down to 0.21.0 for torch 2.6.0, 2026-12).
+MAX_COMPANION_READS = 24
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,13 @@ class UpdateResult:
     index_url: str  # as printed: credentials redacted
     # One line each: what the index has that update did not take (a yanked release, one that skips releases).
     warnings: tuple[str, ...] = ()
+    # Releases the matrix had without their companion versions, and the settings added to each.
+    filled: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
     def missing(self) -> bool:
-        """Upstream has a release the matrix lacks (what `--check` fails on)."""
-        return bool(self.added)
+        """Upstream has a release the matrix lacks, or companions of one it has (what `--check` fails on)."""
+        return bool(self.added or self.filled)
 
     @property
     def cache_path(self) -> Path:
@@ -86,29 +96,33 @@ def plan_update(matrix_path: Path, site: Site, releases: tuple[str, ...] = (), i
     defaults = matrix.matrix_defaults(doc)
     index = index or Index(_index_url(site, doc, defaults), _ca(site))
     progress(f"reading {redacted(index.url)}")
-    listed = {project: index.files(project) for project in wheel_index.PACKAGES}
+    warnings: list[str] = []
+    listed = {project: index.files(project) for project in wheel_index.PACKAGES if project not in COMPANIONS}
+    listed.update((name, _companion_files(index, name, warnings)) for name in COMPANIONS)
     # PEP 592: a yanked file is withdrawn; nothing update proposes or records comes from one.
     files = {project: [file for file in found if not file.yanked] for project, found in listed.items()}
     known = {flavour.torch_xla for flavour in flavours if flavour.channel is Channel.RELEASE}
     yanked = _release_versions([file.filename for file in listed["torch-xla"]]) \
         - _release_versions([file.filename for file in files["torch-xla"]])
-    warnings = [f"torch_xla {version} is yanked on the index (PEP 592): not proposed"
-                for version in sorted(yanked, key=Version) if _newer_than(version, known) and not releases]
+    warnings += [f"torch_xla {version} is yanked on the index (PEP 592): not proposed"
+                 for version in sorted(yanked, key=Version) if _newer_than(version, known) and not releases]
     wanted = _wanted(files["torch-xla"], known, releases, index.url, yanked)
     wanted = _without_jumps(wanted, known, bool(releases), allow, warnings)
-    facts = []
+    facts, memo = [], {}
     for version in wanted:
         progress(f"torch_xla {version}: reading its wheel's METADATA")
-        facts.append(release_facts(index, version, files, defaults["pythons"]))
+        facts.append(release_facts(index, version, files, defaults["pythons"], memo))
     decisions = [decide_update.decide(item, defaults["pythons"], defaults["accelerators"]) for item in facts]
     edit = decide_update.edit_matrix(before, shown, decisions)
+    text, filled = _fill_companions(edit.text, shown, index, files, defaults["pythons"], memo, warnings, progress)
+    edit = decide_update.Edit(text, edit.added)
     cache = _cache(without_credentials(index.url), edit.text, shown, files)
     decide_update.validate(edit.text, shown, site, cache)
     cache_path = userfiles.resolve_path(matrix_path).parent / wheel_index.WHEELS_FILE
     cache_before = userfiles.read_optional(cache_path, limit=userfiles.JSON_LIMIT, follow_symlinks=True) or ""
     return UpdateResult(matrix_path, before, edit.text, decide_update.diff(before, edit.text, shown), edit.added,
                         tuple(item for item in facts if item.torch_xla in edit.added), cache_before, cache.dumps(),
-                        redacted(index.url), tuple(warnings))
+                        redacted(index.url), tuple(warnings), filled)
 
 
 def write_update(result: UpdateResult) -> list[Path]:
@@ -128,7 +142,8 @@ def write_update(result: UpdateResult) -> list[Path]:
 
 
 def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
-                  pythons: tuple[str, ...] = DEFAULT_PYTHONS) -> ReleaseFacts:
+                  pythons: tuple[str, ...] = DEFAULT_PYTHONS, memo: dict[str, str | None] | None = None
+                  ) -> ReleaseFacts:
     """The facts of torch_xla `version` from the index's files and one of its wheels. `pythons`: those the
     matrix builds; the wheel's markers are evaluated for the ones torch_xla has wheels for (not this host's)."""
     names = {project: [file.filename for file in found] for project, found in files.items()}
@@ -150,21 +165,87 @@ def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
         wheels["libtpu"] = wheel_index.wheel_pythons(names["libtpu"], "libtpu", libtpu)
         if not wheels["libtpu"]:
             notes.append(f"libtpu {libtpu} (the tpu extra's pin) has no x86_64 Linux wheel on the index")
+    companions = companion_versions(index, torch, files, pythons, {} if memo is None else memo)
+    notes += [f"no {name} on the index pins torch {torch}: none recorded" for name in COMPANIONS
+              if name not in companions and files.get(name)]
     return ReleaseFacts(version, torch, libtpu, wheels, commits.get("xla", ""), commits.get("torch", ""),
-                        tuple(notes))
+                        tuple(notes), companions)
+
+
+# --- companions ---------------------------------------------------------------------------------------------
+
+def _companion_files(index: Index, name: str, warnings: list[str]) -> list[IndexFile]:
+    """The companion's files; none (and a warning) where the index has no page for it (a private index)."""
+    try:
+        return index.files(name)
+    except NotFound:
+        warnings.append(f"the index has no {name}: no {name} version is recorded")
+        return []
+
+
+def companion_versions(index: Index, torch: str, files: dict[str, list[IndexFile]], pythons: tuple[str, ...],
+                       memo: dict[str, str | None]) -> dict[str, str]:
+    """Companion -> its newest release whose METADATA pins `torch` exactly (absent when none does).
+
+    `memo`: wheel URL -> the torch it pins (None: no exact pin), so one update reads each wheel once.
+    """
+    found = {}
+    for name in COMPANIONS:
+        names = [file.filename for file in files.get(name, [])]
+        for version in sorted(_release_versions(names), key=Version, reverse=True)[:MAX_COMPANION_READS]:
+            wheel = _a_wheel(files[name], version, name)
+            if wheel.url not in memo:
+                text = index.wheel_member(wheel, _is_metadata)
+                if text is None:
+                    raise Failure(f"{wheel.url} has no .dist-info/METADATA", location=wheel.url,
+                                  rule="wheel-metadata", hint="the index serves a damaged wheel")
+                memo[wheel.url] = metadata_pins(text, wheel.url, version, pythons, project=name).get("torch")
+            pinned = memo[wheel.url]
+            if pinned == torch:
+                found[name] = version
+                break
+            if pinned is not None and Version(pinned) < Version(torch):
+                break  # older companions pin older torches
+    return found
+
+
+def _fill_companions(text: str, shown: str, index: Index, files: dict[str, list[IndexFile]],
+                     pythons: tuple[str, ...], memo: dict[str, str | None], warnings: list[str],
+                     progress: Callable[[str], None]) -> tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+    """`text` with the companion versions each release (not a nightly) lacks added, and what was added."""
+    releases = yamlsrc.loads(text, shown).data.get("releases")
+    filled = []
+    for version, settings in (releases.items() if isinstance(releases, dict) else ()):
+        if not isinstance(settings, dict) or settings.get("channel") == Channel.NIGHTLY.value \
+                or not isinstance(settings.get("torch"), str) or all(name in settings for name in COMPANIONS):
+            continue
+        progress(f"torch_xla {version}: reading the companions of torch {settings['torch']}")
+        versions = companion_versions(index, settings["torch"], files, pythons, memo)
+        added = decide_update.companion_settings({name: value for name, value in versions.items()
+                                                  if name not in settings})
+        if not added:
+            continue
+        edited = decide_update.fill(text, shown, version, added)
+        if edited is None:
+            warnings.append(f"release {version} is written in flow style: add "
+                            + ", ".join(f"{key}: {value}" for key, value in added) + " to it by hand")
+            continue
+        text = edited
+        filled.append((version, tuple(added)))
+    return text, tuple(filled)
 
 
 def metadata_pins(text: str, url: str, version: str | None = None,
-                  pythons: tuple[str, ...] = DEFAULT_PYTHONS) -> dict[str, str]:
+                  pythons: tuple[str, ...] = DEFAULT_PYTHONS, project: str = "torch-xla") -> dict[str, str]:
     """`torch` and (from the `tpu` extra) `libtpu` exact pins in a METADATA text.
 
-    The METADATA must be torch_xla's, of `version` when given: an index that serves another project's wheel
-    under torch_xla's name would otherwise give its pins. A requirement's markers are evaluated for each of
+    The METADATA must be `project`'s (torch_xla's unless a companion's is read), of `version` when given: an index
+    that serves another project's wheel under its name would otherwise give its pins. A requirement's markers are evaluated for each of
     `pythons` on x86_64 Linux (what images run), never for the host running update: it counts when it applies
     to one of them.
     """
     message = parse_metadata(text)
-    _check_identity(message, url, version)
+    _check_identity(message, url, version, project)
     found: dict[str, set[str]] = {}
     for line in message.get_all("Requires-Dist") or []:
         requirement = _requirement(line, url)
@@ -185,7 +266,7 @@ def metadata_pins(text: str, url: str, version: str | None = None,
     return pins
 
 
-def _check_identity(message: email.message.Message, url: str, version: str | None) -> None:
+def _check_identity(message: email.message.Message, url: str, version: str | None, project: str) -> None:
     name, written = message.get("Name"), message.get("Version")
     if not name or not written:
         raise Failure(f"the METADATA of {url} has no Name or Version", location=url, rule="wheel-metadata")
@@ -193,10 +274,11 @@ def _check_identity(message: email.message.Message, url: str, version: str | Non
         same_version = version is None or Version(str(written)) == Version(version)
     except InvalidVersion:
         same_version = False
-    if canonicalize_name(str(name)) != "torch-xla" or not same_version:
+    if canonicalize_name(str(name)) != canonicalize_name(project) or not same_version:
+        shown_project = project.replace("-", "_")
         raise Failure(f"the METADATA of {url} is {shown_value(str(name), 40)} {shown_value(str(written), 40)}, not "
-                      f"torch_xla {version or ''}".rstrip(), location=url, rule="wheel-metadata",
-                      hint="the index serves another project's wheel under torch_xla's name; report it to the "
+                      f"{shown_project} {version or ''}".rstrip(), location=url, rule="wheel-metadata",
+                      hint=f"the index serves another project's wheel under {shown_project}'s name; report it to the "
                            "index's owner, or pin another release with --release")
 
 
@@ -318,12 +400,12 @@ def _jumps(previous: Version, current: Version) -> bool:
     return new_major != major + 1 or new_minor > 0
 
 
-def _a_wheel(files: list[IndexFile], version: str) -> IndexFile:
+def _a_wheel(files: list[IndexFile], version: str, project: str = "torch_xla") -> IndexFile:
     for file in files:
         parts = file.filename[:-4].split("-") if file.filename.endswith(".whl") else []
         if len(parts) == 5 and parts[1] == version and _WHEEL_PLATFORM.fullmatch(parts[-1].split(".")[0]):
             return file
-    raise Failure(f"torch_xla {version} has no x86_64 Linux wheel to read", rule="update-facts")
+    raise Failure(f"{project} {version} has no x86_64 Linux wheel to read", rule="update-facts")
 
 
 def _is_metadata(name: str) -> bool:
@@ -338,6 +420,8 @@ def _cache(url: str, text: str, shown: str, files: dict[str, list[IndexFile]]) -
         filenames = [file.filename for file in files[project]]
         versions = {version for flavour in flavours if flavour.channel is Channel.RELEASE
                     for name, version in wheel_index.pins(flavour) if name == project}
+        if not versions:  # a companion no flavour installs: nothing validation checks
+            continue
         cache = cache.merged(project, {version: wheel_index.wheel_pythons(filenames, project, version)
                                        for version in versions})
     return cache

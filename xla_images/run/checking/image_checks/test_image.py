@@ -16,6 +16,7 @@ import testinfra
 
 from xla_images import abi, resources
 from xla_images.abi.standalone import write_zipapp
+from xla_images.model.flavour import COMPANIONS
 from xla_images.model.target import Target
 from xla_images.model.lockfile import constraints_digest
 from xla_images.names import (CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_SHA256_LABEL, FLAVOUR_ID_LABEL,
@@ -31,7 +32,8 @@ DEVEL_TOOLS = ("g++", "ninja")
 MAX_DEVEL_LAYERS = 3
 # Where the example extension is copied, built and installed, in the devel and the runtime container.
 EXTENSION_DIR = "/tmp/xla-images-extension"
-PACKAGES = ("torch", "torch_xla", "libtpu")
+# Companions too: installed exactly when the flavour installs them (`companions:`), at the recorded version.
+PACKAGES = ("torch", "torch_xla", "libtpu", *COMPANIONS)
 # Where the standalone ABI tool (xla_images.abi as one zipapp) is copied to run inside the image.
 TOOLS_DIR = "/tmp/xla-images-checks"
 
