@@ -139,17 +139,19 @@ def test_clean_image_passes_all_but_the_abi_check(tmp_path: Path, flavour: Flavo
     failed = {name for name, status in found.items() if status not in ("passed", "skipped")}
     # The stand-in torch has no shared libraries, which the ABI check (rightly) cannot accept.
     assert failed == {"test_abi_compatible"}, result.failures()
-    # A release flavour has no night to compare.
-    assert {name for name, status in found.items() if status == "skipped"} == {"test_nightly_is_the_claimed_night"}
+    # A release flavour has no night to compare; a runtime image has no devel toolchain to check.
+    assert {name for name, status in found.items() if status == "skipped"} == {
+        "test_nightly_is_the_claimed_night", "test_devel_toolchain", "test_devel_keeps_runtime_layers",
+        "test_devel_extension_runs_in_runtime"}
     assert "no torch found" in dict((o.name, o.message) for o in result.outcomes)["test_abi_compatible"] or \
         "could not run" in dict((o.name, o.message) for o in result.outcomes)["test_abi_compatible"]
     # The derived-image checks pass: the constraints match their label, `xla-images-check` (text, --json) exits 0.
     assert found["test_constraints_are_the_rendered_ones"] == "passed"
     assert found["test_xla_images_check_passes[text]"] == found["test_xla_images_check_passes[json]"] == "passed"
-    assert len(found) == 19
+    assert len(found) == 24
     written = json.loads((tmp_path / "reports" / "checks.json").read_text())
-    assert written["summary"]["passed"] == 17 and written["summary"]["failed"] == 1
-    assert written["summary"]["skipped"] == 1
+    assert written["summary"]["passed"] == 19 and written["summary"]["failed"] == 1
+    assert written["summary"]["skipped"] == 4
     assert "<testsuite" in (tmp_path / "reports" / "checks.xml").read_text()
     no_leaked_containers()
 

@@ -97,6 +97,9 @@ def images() -> Iterator[dict[str, Target]]:
     failed = [f"{result.flavour.tag}: {result.message}" for result in results
               if result.outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED)]
     assert not failed, failed
+    # The devel stages needed the runtime stages' cache; nothing after this does. Freed now, the disk holds the
+    # four images, the TLS registry's copy of the 2.9 pair and the derived builds, not also ~20 GB of cache.
+    engine.builds.prune_build_cache()
     yield {flavour.tag: flavour for flavour in chosen}
     if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
         for flavour in chosen:

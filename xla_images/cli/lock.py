@@ -25,8 +25,8 @@ def lock(plan: Plan, flavours: tuple[str, ...], filters: dict[str, str | None], 
     \b
     The lock pins the whole dependency closure as `name==version --hash=sha256:...`; image builds install it
     with --require-hashes, so every image gets exactly the resolved files. pip resolves for the image's python
-    and platform from the flavour's wheel source, ignoring the host's pip settings (--isolated) but using the
-    site's CA bundle. Flavours that differ only by accelerator are resolved together.
+    and platform from the flavour's wheel source, ignoring the host's pip settings (no pip config file, no PIP_*
+    variables; the index URLs go in pip's environment, never its command line) but using the site's CA bundle. Flavours that differ only by accelerator are resolved together.
     A flavour whose wheel source is an absent wheelhouse is skipped with a warning (an error when named).
 
     \b
