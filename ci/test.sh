@@ -3,7 +3,8 @@
 # including one real torch_xla image built, checked, smoke-tested, pushed, resolved and pulled.
 # Sets everything up first (ci/setup.sh) and cleans up what the tests created afterwards.
 #
-#   ci/test.sh                 all suites: unit and xla on two workers, then the engine suite alone
+#   ci/test.sh                 all suites: unit and xla on two workers beside the light engine suite, then
+#                              the real-image engine tests alone
 #   ci/test.sh -m unit         pytest options pass through (here: unit tests only), in one serial run
 set -euo pipefail
 
@@ -26,10 +27,28 @@ if [ "$#" -gt 0 ]; then
     "${PYTEST[@]}" tests --durations=25 "$@"
     exit 0
 fi
-# Without: the unit and xla suites on two workers (pytest-xdist, one test file per worker at a time, so a
-# module's fixtures are made once), then the engine suite alone and in order (one engine, one registry, one
-# disk). Both run even when the first fails; the exit code is the first failure's.
+# Without, three runs. First, side by side: the unit and xla suites on two workers (pytest-xdist, one test file
+# per worker at a time, so a module's fixtures are made once), which keep both cores busy, and the light engine
+# suite (tiny images, registries), which mostly waits on the engine; the engine suite's output is kept in a file
+# and printed once both have ended, so neither's report is cut into the other's. Then the real-image tests
+# (`slow`) alone: they need both cores, and the light tests prune the build cache a real build is still using.
+# Every run runs even when one before it failed; the exit code is the first failure's.
 status=0
+phase_logs="$(mktemp -d "${TMPDIR:-/tmp}/xla-images-ci.XXXXXX")"
+light_pid=""
+stop_light() {
+    # ci/test.sh ended early (interrupted, or set -e): the background run must not outlive it; ci/cleanup.sh
+    # then removes what its tests made.
+    [ -z "$light_pid" ] || kill -TERM "$light_pid" 2>/dev/null || true
+}
+trap 'stop_light; rm -rf "$phase_logs"; bash ci/cleanup.sh' EXIT
+"${PYTEST[@]}" tests -m "engine and not slow" --durations=15 > "$phase_logs/engine-light.log" 2>&1 &
+light_pid=$!
 "${PYTEST[@]}" -p xdist -n 2 --dist loadfile tests -m "not engine" --durations=15 || status=$?
-"${PYTEST[@]}" tests -m engine --durations=25 || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+light_status=0
+wait "$light_pid" || light_status=$?
+light_pid=""
+cat "$phase_logs/engine-light.log"
+[ "$status" -ne 0 ] || status=$light_status
+"${PYTEST[@]}" tests -m "engine and slow" --durations=15 || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
 exit "$status"

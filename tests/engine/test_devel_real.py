@@ -15,11 +15,11 @@ through BuildKit (which pulls them from the TLS registry with the user's docker 
 Derived builds reach the package index only through this host's TLS-intercepting proxy: its CA is a BuildKit
 secret mounted for the pip step (as the product's wheels stage gets it), never a layer.
 
-Cost: the images are the ones the end to end (r2.9.0_3.11_cpu) and test_every_release (r2.6.0_3.11_cpu) build;
-this module runs before both (file order) and leaves the two runtime images up to date, so they skip their
-builds. What it adds: the two devel stages (~50 s each), the push of the 2.9 pair (~2 min), two extension
-compiles (~70 s each) and four small derived builds. With XLA_IMAGES_TEST_CLEANUP=1 the devel and derived images
-and the build cache go at the end; the runtime images stay for the tests after it.
+Cost: the images are the ones the end to end (r2.9.0_3.11_cpu) and test_every_release (r2.6.0_3.11_cpu) build; this
+module runs before both (file order) and leaves the two runtime images up to date, so they skip their builds. What
+it adds: the two devel stages (~50 s each), the push of the 2.9 pair (~2 min, while the 2.6 pair builds), two
+extension compiles (~70 s each) and four small derived builds. With XLA_IMAGES_TEST_CLEANUP=1 the devel and derived
+images and the build cache go at the end; the runtime images stay for the tests after it.
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -40,7 +42,7 @@ from registry_process import free_port
 from reporters import QuietReporter
 from xla_images import names, resources
 from xla_images.errors import Failure
-from xla_images.generate.plan import load_plan
+from xla_images.generate.plan import Plan, load_plan
 from xla_images.model.target import Target
 from xla_images.run import engine
 from xla_images.run.building import build
@@ -88,19 +90,26 @@ def user_env(registry: support.TlsRegistry, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="module")
-def images() -> Iterator[dict[str, Target]]:
-    """The two runtime images and their devel images, built (or up to date); the devel ones go at the end."""
+def images(registry: support.TlsRegistry, user_env: dict[str, str],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Images]:
+    """The two runtime images and their devel images, built (or up to date), the 2.9 pair pushed as a user pushes
+    it while the 2.6 pair builds (a push reads the image store, not the build cache); the devel ones go at the
+    end."""
     plan = load_plan(REPO / "matrix.yaml")
-    chosen = plan.select((TAG29, TAG29 + "_devel", TAG26, TAG26 + "_devel"))
+    pair29, pair26 = plan.select((TAG29, TAG29 + "_devel")), plan.select((TAG26, TAG26 + "_devel"))
+    record = tmp_path_factory.mktemp("published") / "published.json"
     # Runtime then devel, no cache pruned between: the devel stage reuses the runtime stage's cache.
-    results = build.build_flavours(plan, chosen, build.BuildOptions(), QuietReporter())
-    failed = [f"{result.flavour.tag}: {result.message}" for result in results
-              if result.outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED)]
-    assert not failed, failed
+    build_all(plan, pair29)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="devel-push") as pool:
+        pushing = pool.submit(cli, user_env, "push", TAG29, TAG29 + "_devel",
+                              "--registry", f"{registry.host}/{REPOSITORY}", "--published", str(record))
+        build_all(plan, pair26)
+        pushing.result()
     # The devel stages needed the runtime stages' cache; nothing after this does. Freed now, the disk holds the
     # four images, the TLS registry's copy of the 2.9 pair and the derived builds, not also ~20 GB of cache.
     engine.builds.prune_build_cache()
-    yield {flavour.tag: flavour for flavour in chosen}
+    chosen = [*pair29, *pair26]
+    yield Images({flavour.tag: flavour for flavour in chosen}, record)
     if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
         for flavour in chosen:
             if flavour.is_devel:
@@ -109,18 +118,27 @@ def images() -> Iterator[dict[str, Target]]:
         engine.builds.prune_build_cache()
 
 
+@dataclass(frozen=True)
+class Images:
+    targets: dict[str, Target]
+    published: Path  # the push's published.json
+
+
+def build_all(plan: Plan, chosen: list[Target]) -> None:
+    results = build.build_flavours(plan, chosen, build.BuildOptions(), QuietReporter())
+    failed = [f"{result.flavour.tag}: {result.message}" for result in results
+              if result.outcome not in (build.Outcome.BUILT, build.Outcome.SKIPPED)]
+    assert not failed, failed
+
+
 @pytest.fixture(scope="module")
-def published(images: dict[str, Target], registry: support.TlsRegistry, user_env: dict[str, str],
-              tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def published(images: Images, registry: support.TlsRegistry, user_env: dict[str, str]) -> dict[str, str]:
     """{"runtime": digest ref, "devel": digest ref} of r2.9.0_3.11_cpu, pushed and resolved as a user does."""
-    record = tmp_path_factory.mktemp("published") / "published.json"
-    cli(user_env, "push", TAG29, TAG29 + "_devel", "--registry", f"{registry.host}/{REPOSITORY}",
-        "--published", str(record))
-    entries = json.loads(record.read_text())["flavours"]
+    entries = json.loads(images.published.read_text())["flavours"]
     assert set(entries) == {TAG29, TAG29 + "_devel"}
     assert entries[TAG29 + "_devel"]["flavour"]["variant"] == "devel"
     filters = ("--abi", "cxx11", "--python", "3.11", "--torch-xla", "2.9", "--accelerator", "cpu",
-               "--published", str(record))
+               "--published", str(images.published))
     refs = {"runtime": cli(user_env, "resolve", *filters).stdout.strip(),
             "devel": cli(user_env, "resolve", *filters, "--variant", "devel").stdout.strip()}
     assert refs["runtime"] == f"{registry.host}/{REPOSITORY}@{entries[TAG29]['digest']}"
@@ -205,7 +223,7 @@ def check_tool(image: str) -> tuple[int, dict]:
 # --- the tests -----------------------------------------------------------------------------------------------
 
 def test_the_extension_builds_in_each_abis_devel_image_and_fits_only_its_own_runtime(
-        images: dict[str, Target], published: dict[str, str], tmp_path: Path) -> None:
+        images: Images, published: dict[str, str], tmp_path: Path) -> None:
     made: list[str] = []
     try:
         # The example as a user has it, FROM the resolved digests: its last step runs the op and the check.

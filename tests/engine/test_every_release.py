@@ -9,15 +9,22 @@ listed: per release, its default-ABI cpu flavour of `defaults.latest_python` (el
 Cost on the 2-core CI machine, per release: build ~3 min on the containerd store (the wheels come from the
 index), then the smoke suite ~1-2 min with a 16-layer compile check (the suite's default is 32; 2.7 and 2.8
 compile the unrolled loop 3x slower than 2.9, and 16 layers still shows scan_layers winning by 5x and more) with
-the checks' layer scan beside it, then the other checks, seconds. Disk: one image at a time --
-each is removed, with its build cache, before the next is built.
+the checks' layer scan beside it, then the other checks, seconds. The builds run one after another on a thread
+from the first test on, so the next release builds while this one is tested: the smoke suite's compile keeps
+one core busy and the scan waits on the disk, which leaves room for pip and the layer export. Builds never run
+side by side (each prunes its own build cache when its image is tagged, which must not happen under another
+build), and no test prunes the cache while a build may be running.
+Disk: at most two release images at a time (the one tested and the one building, with its cache); each is
+removed, with all its names, once tested.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from packaging.version import Version
@@ -57,10 +64,40 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=2400, env={**os.environ, "CI": "true", "PYTHONPATH": str(REPO)})
 
 
-@pytest.mark.parametrize("flavour", one_flavour_per_release(), ids=lambda flavour: flavour.tag)
-def test_release_builds_and_passes_checks_and_smoke(flavour: Flavour, no_leaked_containers) -> None:
+class Builds:
+    """`build.py build TAG --prune-cache` of each flavour, in order, one at a time, on one thread."""
+
+    def __init__(self, flavours: list[Flavour]) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="release-build")
+        self._builds: dict[str, Future[subprocess.CompletedProcess[str]]] = {
+            flavour.tag: self._pool.submit(cli, "build", flavour.tag, "--prune-cache") for flavour in flavours}
+
+    def result(self, flavour: Flavour) -> subprocess.CompletedProcess[str]:
+        return self._builds[flavour.tag].result()
+
+    def close(self) -> None:
+        """Builds not started are dropped; the one running is waited for (its own timeout bounds it)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def builds(request: pytest.FixtureRequest) -> Iterator[Builds]:
+    """The builds of the flavours this run selected (`-k r2.8.1` builds 2.8.1 only), in the tests' order."""
+    selected = [item.callspec.params["flavour"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")]
+    queued = Builds(selected)
     try:
-        built = cli("build", flavour.tag, "--prune-cache")
+        yield queued
+    finally:
+        queued.close()
+        if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
+            engine.builds.prune_build_cache()
+
+
+@pytest.mark.parametrize("flavour", one_flavour_per_release(), ids=lambda flavour: flavour.tag)
+def test_release_builds_and_passes_checks_and_smoke(flavour: Flavour, builds: Builds, no_leaked_containers) -> None:
+    try:
+        built = builds.result(flavour)
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         tested = cli("test", flavour.tag, "--layers", SMOKE_LAYERS)
         print(tested.stdout[-2500:], file=sys.stderr)
@@ -68,8 +105,8 @@ def test_release_builds_and_passes_checks_and_smoke(flavour: Flavour, no_leaked_
         no_leaked_containers()
     finally:
         if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
+            # Not the build cache: the next release may be building on it (the fixture prunes it at the end).
             remove_every_name(flavour)
-            engine.builds.prune_build_cache()
 
 
 def remove_every_name(flavour: Flavour) -> None:
