@@ -12,7 +12,7 @@ compile the unrolled loop 3x slower than 2.9, and 16 layers still shows scan_lay
 the checks' layer scan beside it, then the other checks, seconds. The builds run one after another on a thread
 from the first test on, so the next release builds while this one is tested: the smoke suite's compile keeps
 one core busy and the scan waits on the disk, which leaves room for pip and the layer export. Builds never run
-side by side (each prunes its own build cache when its image is tagged, which must not happen under another
+side by side (each prunes the build cache once its image is tagged, which must not happen under another
 build), and no test prunes the cache while a build may be running.
 Disk: at most two release images at a time (the one tested and the one building, with its cache); each is
 removed, with all its names, once tested.
