@@ -31,7 +31,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -91,10 +90,10 @@ def user_env(registry: support.TlsRegistry, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="module")
 def images(registry: support.TlsRegistry, user_env: dict[str, str],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Images]:
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The two runtime images and their devel images, built (or up to date), the 2.9 pair pushed as a user pushes
-    it while the 2.6 pair builds (a push reads the image store, not the build cache); the devel ones go at the
-    end."""
+    it while the 2.6 pair builds (a push reads the image store, not the build cache): the push's published.json.
+    The devel ones go at the end."""
     plan = load_plan(REPO / "matrix.yaml")
     pair29, pair26 = plan.select((TAG29, TAG29 + "_devel")), plan.select((TAG26, TAG26 + "_devel"))
     record = tmp_path_factory.mktemp("published") / "published.json"
@@ -111,19 +110,13 @@ def images(registry: support.TlsRegistry, user_env: dict[str, str],
     # Freed now, the disk holds the four images, the registry's copy of the 2.9 pair and the derived builds.
     engine.builds.prune_build_cache()
     chosen = [*pair29, *pair26]
-    yield Images({flavour.tag: flavour for flavour in chosen}, record)
+    yield record
     if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
         for flavour in chosen:
             if flavour.is_devel:
                 for name in flavour.tags:
                     engine.images.remove_tag(names.local_ref(name))
         engine.builds.prune_build_cache()
-
-
-@dataclass(frozen=True)
-class Images:
-    targets: dict[str, Target]
-    published: Path  # the push's published.json
 
 
 def build_all(plan: Plan, chosen: list[Target]) -> None:
@@ -134,13 +127,13 @@ def build_all(plan: Plan, chosen: list[Target]) -> None:
 
 
 @pytest.fixture(scope="module")
-def published(images: Images, registry: support.TlsRegistry, user_env: dict[str, str]) -> dict[str, str]:
+def published(images: Path, registry: support.TlsRegistry, user_env: dict[str, str]) -> dict[str, str]:
     """{"runtime": digest ref, "devel": digest ref} of r2.9.0_3.11_cpu, pushed and resolved as a user does."""
-    entries = json.loads(images.published.read_text())["flavours"]
+    entries = json.loads(images.read_text())["flavours"]
     assert set(entries) == {TAG29, TAG29 + "_devel"}
     assert entries[TAG29 + "_devel"]["flavour"]["variant"] == "devel"
     filters = ("--abi", "cxx11", "--python", "3.11", "--torch-xla", "2.9", "--accelerator", "cpu",
-               "--published", str(images.published))
+               "--published", str(images))
     refs = {"runtime": cli(user_env, "resolve", *filters).stdout.strip(),
             "devel": cli(user_env, "resolve", *filters, "--variant", "devel").stdout.strip()}
     assert refs["runtime"] == f"{registry.host}/{REPOSITORY}@{entries[TAG29]['digest']}"
@@ -225,7 +218,7 @@ def check_tool(image: str) -> tuple[int, dict]:
 # --- the tests -----------------------------------------------------------------------------------------------
 
 def test_the_extension_builds_in_each_abis_devel_image_and_fits_only_its_own_runtime(
-        images: Images, published: dict[str, str], tmp_path: Path) -> None:
+        published: dict[str, str], tmp_path: Path) -> None:
     made: list[str] = []
     try:
         # The example as a user has it, FROM the resolved digests: its last step runs the op and the check.
