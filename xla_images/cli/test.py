@@ -19,7 +19,8 @@ from .common import figure, flavour_filters, in_ci, plan_options, reports_option
 @click.option("--tpu", is_flag=True,
               help="Run as on a TPU VM (privileged, host network, 16G shm, PJRT_DEVICE=TPU). Default: PJRT CPU.")
 @click.option("--layers", type=click.IntRange(1, 512), default=None,
-              help="Decoder layers of the smoke suite's loop-vs-scan compile check (default: the suite's, 32).")
+              help="Decoder layers of the smoke suite's loop-vs-scan compile check (default: the suite's, 16; "
+                   "`bench` sweeps 8,16,32).")
 @click.option("--checks-only", is_flag=True, help="Only the image checks, not the smoke suite.")
 @click.option("-k", "keyword", metavar="EXPR", default=None, help="Only image checks matching this pytest -k.")
 @reports_option()
