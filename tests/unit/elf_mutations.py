@@ -120,3 +120,17 @@ def mutate(seed: bytes, rng: random.Random) -> tuple[str, bytes]:
     sizes = [len(seed) * 2, len(seed) + 1, 1 << 36, rng.getrandbits(40), 16]
     return kind, version_chain(seed, size=rng.choice(sizes), count=rng.choice([2, 0xFFFF, 0xFFFFFFFF]),
                                next_offset=rng.choice([0, 0, 16, 0xFFFFFFF0]), kind=rng.choice(tables))
+
+
+def with_string_table(seed: bytes, table: bytes) -> bytes:
+    """The seed with the string table its .dynsym links to (its .dynstr, shared by the dynamic section and the
+    version tables) replaced by `table`, appended at the end of the file. The symbols keep their name offsets."""
+    data = bytearray(seed)
+    headers = section_headers(seed)
+    dynsym = next(header for _, header in headers if header[1] == 11)
+    start = headers[dynsym[6]][0]
+    offset = (len(data) + 7) // 8 * 8
+    data += bytes(offset - len(data)) + table
+    set_field(data, start + 0x18, 8, offset)
+    set_field(data, start + 0x20, 8, len(table))
+    return bytes(data)
