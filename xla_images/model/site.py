@@ -17,7 +17,7 @@ from .. import resources, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value, without_credentials
 from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
-from .registry import EXAMPLE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
+from .registry import EXAMPLE, IMAGE_REFERENCE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
 
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key", "compression",
@@ -28,7 +28,9 @@ MATCH_KEYS = {"torch_xla", "abi", "channel"}
 MAX_SPECIFIER = 200  # characters of a wheel source's torch_xla specifier; a real one is under 30
 # Settings land in pip.conf, Dockerfile build arguments and lock headers, one per line: whatever the type,
 # no whitespace or control characters (a newline would add a line of its own), and a sane length.
-_PLAIN = re.compile(r"[^\s\x00-\x1f\x7f]{1,2048}")
+# Whitespace spelled out: Python's \s and a JSON Schema's (ECMAScript) differ (U+FEFF, U+0085), and the schema
+# generated from this pattern must refuse exactly what the validator refuses.
+_PLAIN = re.compile(r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]{1,2048}")
 # Host paths (ca_bundle, wheelhouse, local find_links) are never written into a config line: spaces are fine.
 _PATH = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
@@ -312,10 +314,11 @@ def _bases(value: Any, where, errors: list[XlaImagesError]) -> dict[str, str]:
         if not BASE_PYTHON.fullmatch(str(python)):
             errors.append(ConfigError(f"bases key {shown_value(python)} is not a python version like 3.11",
                                       location=where("bases", python), rule="site-bases"))
-        elif not isinstance(image, str) or not _PLAIN.fullmatch(image):
+        elif not isinstance(image, str) or not IMAGE_REFERENCE.fullmatch(image):
             errors.append(ConfigError(f"bases.{python} must be an image reference, not {shown_value(image)}",
                                       location=where("bases", python), rule="site-bases",
-                                      hint="for example python:3.11-slim-bookworm (no spaces)"))
+                                      hint="for example python:3.11-slim-bookworm: [HOST[:PORT]/]name[:tag]"
+                                           "[@digest] as Docker reads it (lowercase name, no spaces or shell)"))
         else:
             good[str(python)] = image
     return good
