@@ -24,9 +24,13 @@ SCHEMAS_DIR = Path("schemas")
 MATRIX_SCHEMA = SCHEMAS_DIR / "matrix.schema.json"
 SITE_SCHEMA = SCHEMAS_DIR / "site.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
 def _pattern(regex: re.Pattern[str]) -> str:
-    """A model pattern (matched with fullmatch, ASCII) as a JSON Schema pattern: anchored, ASCII digits."""
-    return "^(?:" + regex.pattern.replace(r"\d", "[0-9]") + ")$"
+    """A model pattern (matched with fullmatch, ASCII) as a JSON Schema pattern: anchored, ASCII digits. The end
+    is `(?![\\s\\S])` (nothing follows), not `$`: Python's `$`, which the jsonschema library uses, also matches
+    before a final newline, so "+cxx11\\n" would pass a schema the validator's fullmatch refuses."""
+    return "^(?:" + regex.pattern.replace(r"\d", "[0-9]") + r")(?![\s\S])"
 
 
 def _words(enum_type: type) -> list[str]:
@@ -94,7 +98,9 @@ def site_schema() -> dict[str, Any]:
     Every setting is optional: a site file is merged over the built-in defaults, mappings key by key."""
     plain = {"type": "string", "pattern": _pattern(site._PLAIN)}
     path = {"type": "string", "pattern": _pattern(site._PATH)}
-    urls = {"anyOf": [plain, {"type": "array", "items": plain}]}
+    url = {"type": "string", "pattern": _pattern(site.URL)}
+    link = {"type": "string", "pattern": _pattern(site.FIND_LINK)}
+    urls = {"anyOf": [url, {"type": "array", "items": url}]}
     match = _closed({"torch_xla": {"type": "string", "maxLength": site.MAX_SPECIFIER, "examples": [">=2.7"]},
                      "abi": {"enum": [*_words(Abi), None]}, "channel": {"enum": _words(Channel)}},
                     site.MATCH_KEYS)
@@ -102,10 +108,9 @@ def site_schema() -> dict[str, Any]:
     source = _closed({
         "name": {"type": "string", "pattern": _pattern(site.SOURCE_NAME)},
         "match": {"anyOf": [match, {"type": "null"}]},
-        "index_url": {"anyOf": [plain, {"type": "null"}]},
+        "index_url": {"anyOf": [url, {"type": "null"}]},
         "extra_index_urls": {"anyOf": [urls, {"type": "null"}]},
-        "find_links": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}},
-                                 {"type": "null"}]},
+        "find_links": {"anyOf": [link, {"type": "array", "items": link}, {"type": "null"}]},
         "wheelhouse": {"anyOf": [path, {"type": "null"}]}, "torch_local": local, "torch_xla_local": local,
     }, site.SOURCE_KEYS, required=["name"])
     levels = compression.ZSTD_LEVELS

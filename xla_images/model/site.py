@@ -30,13 +30,16 @@ MAX_SPECIFIER = 200  # characters of a wheel source's torch_xla specifier; a rea
 # no whitespace or control characters (a newline would add a line of its own), and a sane length.
 # Whitespace spelled out: Python's \s and a JSON Schema's (ECMAScript) differ (U+FEFF, U+0085), and the schema
 # generated from this pattern must refuse exactly what the validator refuses.
-_PLAIN = re.compile(r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]{1,2048}")
+_VISIBLE = r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+_PLAIN = re.compile(rf"{_VISIBLE}{{1,2048}}")
 # Host paths (ca_bundle, wheelhouse, local find_links) are never written into a config line: spaces are fine.
 _PATH = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
 BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
-URL = re.compile(r"(https?|file)://\S+", re.ASCII)
+URL = re.compile(rf"(?:https?|file)://{_VISIBLE}{{1,2040}}")
+# A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not).
+FIND_LINK = re.compile(rf"{URL.pattern}|(?!.*://){_PATH.pattern}")
 DECIMAL = re.compile(r"[-+]?[0-9]+", re.ASCII)
 
 
@@ -385,14 +388,11 @@ def _check_source_fields(entry: dict[str, Any], where, errors: list[XlaImagesErr
 
 
 def _is_url(value: Any) -> bool:
-    return isinstance(value, str) and bool(_PLAIN.fullmatch(value)) and bool(URL.fullmatch(value))
+    return isinstance(value, str) and bool(URL.fullmatch(value))
 
 
 def _is_link(value: Any) -> bool:
-    """A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not)."""
-    if not isinstance(value, str):
-        return False
-    return _is_url(value) if "://" in value else bool(_PATH.fullmatch(value))
+    return isinstance(value, str) and bool(FIND_LINK.fullmatch(value))
 
 
 def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesError]) -> WheelSourceRule | None:
