@@ -426,30 +426,52 @@ def test_metadata_of_another_wheel_or_too_deep_is_refused(text: str, needle: str
 
 
 def test_write_keeps_a_symlinked_matrix_and_the_modes(tmp_path: Path) -> None:
+    """A matrix linked to another file of its own folder (matrix.yaml -> matrix.prod.yaml) stays a link whose
+    target is rewritten, every file keeping its mode."""
+    from xla_images.run.packages.upstream import plan_update, write_update
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "matrix.prod.yaml").write_text(MATRIX)
+    (repo / "matrix.prod.yaml").chmod(0o664)
+    (repo / "matrix.yaml").symlink_to("matrix.prod.yaml")
+    result = plan_update(repo / "matrix.yaml", load_site(None), index=memory_index())
+    write_update(result)
+    assert (repo / "matrix.yaml").is_symlink() and os.readlink(repo / "matrix.yaml") == "matrix.prod.yaml"
+    assert '"2.10.1":' in (repo / "matrix.prod.yaml").read_text()
+    assert stat.S_IMODE((repo / "matrix.prod.yaml").stat().st_mode) == 0o664
+    umask = os.umask(0o022)
+    os.umask(umask)
+    # Beside the matrix file itself, where validation reads it; new: a checkout file's mode, not 0600.
+    cache = repo / wheel_index.WHEELS_FILE
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask
+    cache.chmod(0o640)
+    (repo / "matrix.prod.yaml").write_text(MATRIX)
+    write_update(plan_update(repo / "matrix.yaml", load_site(None), index=memory_index(("2.11.0",))))
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o640 and '"2.11.0"' in cache.read_text()
+    assert sorted(path.name for path in repo.iterdir()) == [  # no temp file
+        "matrix.prod.yaml", "matrix.wheels.json", "matrix.yaml"]
+    assert wheel_index.load(load_plan(repo / "matrix.yaml").root / wheel_index.WHEELS_FILE) is not None
+
+
+def test_write_refuses_a_matrix_linked_into_another_folder(tmp_path: Path) -> None:
+    """Issue 41: repo/matrix.yaml -> ../shared/matrix.yaml made `update --write` write Dockerfiles/ and
+    matrix.wheels.json beside the shared file, outside the checkout. Refused (disk-outside) before any write."""
     from xla_images.run.packages.upstream import plan_update, write_update
 
     shared, repo = tmp_path / "shared", tmp_path / "repo"
     shared.mkdir()
     repo.mkdir()
     (shared / "matrix.yaml").write_text(MATRIX)
-    (shared / "matrix.yaml").chmod(0o664)
     (repo / "matrix.yaml").symlink_to("../shared/matrix.yaml")
     result = plan_update(repo / "matrix.yaml", load_site(None), index=memory_index())
-    write_update(result)
-    assert (repo / "matrix.yaml").is_symlink() and os.readlink(repo / "matrix.yaml") == "../shared/matrix.yaml"
-    assert '"2.10.1":' in (shared / "matrix.yaml").read_text()
-    assert stat.S_IMODE((shared / "matrix.yaml").stat().st_mode) == 0o664
-    umask = os.umask(0o022)
-    os.umask(umask)
-    # Beside the matrix file itself, where validation reads it; new: a checkout file's mode, not 0600.
-    cache = shared / wheel_index.WHEELS_FILE
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask
-    cache.chmod(0o640)
-    (shared / "matrix.yaml").write_text(MATRIX)
-    write_update(plan_update(repo / "matrix.yaml", load_site(None), index=memory_index(("2.11.0",))))
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o640 and '"2.11.0"' in cache.read_text()
-    assert sorted(path.name for path in shared.iterdir()) == ["matrix.wheels.json", "matrix.yaml"]  # no temp file
-    assert wheel_index.load(load_plan(repo / "matrix.yaml").root / wheel_index.WHEELS_FILE) is not None
+    with pytest.raises(ConfigError) as caught:
+        write_update(result)
+    assert caught.value.rule == "disk-outside" and caught.value.exit_code == 2
+    assert str(shared / "matrix.yaml") in caught.value.message
+    assert sorted(path.name for path in shared.iterdir()) == ["matrix.yaml"]
+    assert (shared / "matrix.yaml").read_text() == MATRIX
+    assert sorted(path.name for path in repo.iterdir()) == ["matrix.yaml"]
 
 
 def test_credentials_in_the_index_url_are_never_printed_or_written(index_server: str, tmp_path: Path) -> None:

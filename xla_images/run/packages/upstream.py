@@ -130,7 +130,13 @@ def write_update(result: UpdateResult) -> list[Path]:
 
     Both are the user's committed files: each keeps its mode, and a symlinked one stays a link whose target is
     rewritten (diskio.replace_in_place). Returns the paths as the user named them.
+
+    A matrix linked into another folder is refused before anything is written (`disk-outside`): the wheel cache
+    and the Dockerfiles `update --write` renders belong beside the matrix file itself (where validation reads
+    them), and that would be outside the folder the user named (issue 41: a checkout whose matrix.yaml linked
+    to a shared one got Dockerfiles/ and matrix.wheels.json written beside the shared file).
     """
+    _refuse_a_matrix_linked_elsewhere(result.matrix_path)
     written = []
     if result.after != result.before:
         diskio.replace_in_place(result.matrix_path, result.after, "the matrix")
@@ -139,6 +145,19 @@ def write_update(result: UpdateResult) -> list[Path]:
         diskio.replace_in_place(result.cache_path, result.cache_after, "the wheel cache")
         written.append(result.cache_path)
     return written
+
+
+def _refuse_a_matrix_linked_elsewhere(matrix_path: Path) -> None:
+    if not matrix_path.is_symlink():
+        return
+    target = userfiles.resolve_path(matrix_path)
+    if target.parent == userfiles.resolve_path(matrix_path.parent):
+        return  # matrix.yaml -> matrix.prod.yaml: the derived files land in the same folder
+    raise ConfigError(f"{matrix_path} is a link to {target}: `update --write` would rewrite it and write "
+                      f"{wheel_index.WHEELS_FILE} and Dockerfiles/ beside it, outside {matrix_path.parent}",
+                      location=Location(str(matrix_path)), rule="disk-outside",
+                      hint=f"run update --write with --matrix {target} in that folder, or copy the file here "
+                           "instead of linking it")
 
 
 def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
