@@ -2,6 +2,7 @@
 wheel-python rule validation checks offline. The index itself: test_index.py (fake) and test_update_network.py."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -561,14 +562,14 @@ def test_companions_are_read_until_a_pin_below_the_torch(tmp_path: Path) -> None
 
     (tmp_path / "matrix.yaml").write_text(without_companions(MATRIX, "2.7.0"))
     pins = {"torchvision-0.23.0": "2.8.0", "torchvision-0.22.1": "2.7.1", "torchvision-0.21.0": "2.6.0",
-            "torchvision-0.20.0": "2.5.0", "torchaudio-2.11.0": None, "torchaudio-2.7.0": "2.7.0"}
+            "torchvision-0.20.0": "2.5.0", "torchaudio-2.10.0": None, "torchaudio-2.7.0": "2.7.0"}
     index = memory_index(companions=pins)
     result = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=index)
     # torchvision: no release pins torch 2.7.0, and 0.21.0's 2.6.0 ends the search (0.20.0 is never read);
-    # torchaudio 2.11.0 pins no torch at all: passed over, not a match.
+    # torchaudio 2.10.0 pins no torch at all: passed over, not a match.
     assert result.filled == (("2.7.0", (("torchaudio", '"2.7.0"'),)),)
     assert [name.split("-cp")[0] for name in index.read] == [
-        "torchvision-0.23.0", "torchvision-0.22.1", "torchvision-0.21.0", "torchaudio-2.11.0", "torchaudio-2.7.0"]
+        "torchvision-0.23.0", "torchvision-0.22.1", "torchvision-0.21.0", "torchaudio-2.10.0", "torchaudio-2.7.0"]
 
 
 def test_an_index_without_companions_records_none_and_says_so(tmp_path: Path) -> None:
@@ -627,3 +628,33 @@ def test_companions_are_read_from_an_http_index(index_server: str, tmp_path: Pat
         plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",),
                     index=Index(f"{index_server}/simple/", attempts=1))
     assert caught.value.rule == "wheel-metadata" and "not torchvision 0.24.0" in caught.value.message
+
+
+def test_companions_follow_torch_xla_s_jump_and_yank_rules(tmp_path: Path) -> None:
+    """Issue 41: a torchvision 9999.0.0 pinning the release's torch was recorded; and a yanked companion must not
+    be. Both are passed over like torch_xla's: the jump with a note naming it, the yanked one silently."""
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    pins = {**COMPANION_TORCH, "torchvision-9999.0.0": "2.10.0", "torchaudio-2.10.5": "2.10.0"}
+    yanked = frozenset(wheels("torchaudio", "2.10.5", ("3.11",)))
+    index = memory_index(companions=pins, yanked=yanked)
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    assert result.facts[0].companions == {"torchvision": "0.25.0", "torchaudio": "2.10.0"}
+    assert "torchvision 9999.0.0 skips more than a minor release after 0.24.0: not recorded" in result.facts[0].notes
+    assert not any("9999" in name or "2.10.5" in name for name in index.read)
+
+
+def test_build_tagged_companion_wheels_are_read_like_the_others(tmp_path: Path) -> None:
+    """Issue 41: `torchvision-0.25.0-1-cp311-cp311-manylinux_2_28_x86_64.whl` (a build tag) stopped update with a
+    false "has no x86_64 Linux wheel": wheel names are parsed by packaging, build tags included."""
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    index = memory_index()
+    index.pages["torchvision"] = [dataclasses.replace(file, filename=file.filename.replace("-cp311-", "-1-cp311-", 1))
+                                  for file in index.pages["torchvision"]]
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    assert result.facts[0].companions == {"torchvision": "0.25.0", "torchaudio": "2.10.0"}
+    assert wheel_index.wheel_pythons(["torchvision-0.25.0-1-cp311-cp311-manylinux_2_28_x86_64.whl"], "torchvision",
+                                     "0.25.0") == ("3.11",)
