@@ -59,6 +59,18 @@ def read_text(path: Path, *, limit: int, missing_hint: str | None = None, follow
     return text[1:] if text.startswith("\ufeff") else text
 
 
+# Digits of an integer in a JSON file (published.json's schema, the wheel cache's): a few. A longer one is refused
+# before int() sees it (json.loads' parse_int), never converted up to Python's 4300-digit limit (issue 41).
+MAX_INT_DIGITS = 32
+
+
+def bounded_int(text: str) -> int:
+    """json.loads' parse_int: an integer of at most MAX_INT_DIGITS characters; ValueError past that."""
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"a number of {len(text)} digits (more than {MAX_INT_DIGITS})")
+    return int(text)
+
+
 def read_bytes(path: Path, *, limit: int) -> bytes:
     """The bytes of the regular file `path`, at most `limit` (a file compared byte for byte, as a CA bundle)."""
     return _read_bytes(path, str(path), limit, None)

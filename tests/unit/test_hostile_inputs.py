@@ -159,6 +159,7 @@ PUBLISHED_CASES = [
     ("flavour-null", _published(flavour=None), "`flavour` is not an object"),
     ("tag-mismatch", _published(tag="latest"), "its `tag` is 'latest'"),
     ("nan", '{"schema": NaN, "flavours": {}}', "NaN is not a value"),
+    ("huge-schema-number", '{"schema": ' + "9" * 5000 + ', "flavours": {}}', "a number of 5000 digits"),
     ("deep", "[" * 100_000 + "]" * 100_000, "recursion"),
     ("syntax", '{"schema": 1,\n "flavours": {', "Expecting property name"),
     # promotions (issue 19): read by resolve, merge and prune, validated whole before any of them uses it

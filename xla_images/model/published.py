@@ -134,7 +134,8 @@ def parse_published(text: str, where: str) -> dict[str, Published]:
                            location=Location(where, line), rule="published-format", hint="delete it and push again")
 
     try:
-        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_refuse_duplicates)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_refuse_duplicates,
+                          parse_int=userfiles.bounded_int)
     except json.JSONDecodeError as error:
         raise refuse(error.msg, error.lineno) from None
     except _Duplicate as duplicate:

@@ -150,7 +150,7 @@ def load(path: Path) -> WheelIndex | None:
                            hint=f"regenerate it with `./build.py update --write`, or delete {WHEELS_FILE}")
 
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=userfiles.bounded_int)
     except ValueError as error:
         raise bad(f"not JSON: {error}") from None
     except RecursionError:  # `[[[[...` deeper than the parser recurses
