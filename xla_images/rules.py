@@ -193,6 +193,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("daemon-json", "/etc/docker/daemon.json cannot be read as the engine reads it", REGISTRIES, '"insecure-registries": ["registry.lan:5000"]'),
     Rule("docker-config", "the docker config (~/.docker/config.json) is malformed", REGISTRIES, "fix or remove the entry named"),
     Rule("published-format", "a published.json was not written by `build.py push`", PUBLISH, "delete it and push again"),
+    Rule("published-size", "a published.json would be larger than its readers accept (a huge image label)", PUBLISH, "shrink the label the error names, rebuild and push again"),
     Rule("published-merge", "published.json files to merge are missing or disagree", PUBLISH, "pass the published.json files the build jobs uploaded"),
     Rule("pull", "pulling an image failed", PUBLISH, "check the registry and credentials, then pull again"),
     Rule("pull-stall", "a pull made no progress for too long (or its setting is bad)", PUBLISH, "unset XLA_IMAGES_PULL_STALL_SECONDS for the default, or raise it"),

@@ -33,6 +33,8 @@ GENERATED_LIMIT = 1 * MIB
 # A cosign key (PEM) is under 1 KiB; a --protect list of digests ~100 bytes a line.
 KEY_LIMIT = 64 * KIB
 PROTECT_LIMIT = 8 * MIB
+# A CA bundle (PEM): Debian's whole ca-certificates.crt is a few hundred KiB.
+CA_LIMIT = 4 * MIB
 _CHUNK = 64 * KIB
 
 
@@ -55,6 +57,23 @@ def read_text(path: Path, *, limit: int, missing_hint: str | None = None, follow
                           location=Location(shown, line), rule="file-encoding",
                           hint="save the file as UTF-8") from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+# Digits of an integer in a JSON file (published.json's schema, the wheel cache's): a few. A longer one is refused
+# before int() sees it (json.loads' parse_int), never converted up to Python's 4300-digit limit (issue 41).
+MAX_INT_DIGITS = 32
+
+
+def bounded_int(text: str) -> int:
+    """json.loads' parse_int: an integer of at most MAX_INT_DIGITS characters; ValueError past that."""
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"a number of {len(text)} digits (more than {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def read_bytes(path: Path, *, limit: int) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` (a file compared byte for byte, as a CA bundle)."""
+    return _read_bytes(path, str(path), limit, None)
 
 
 def read_optional(path: Path, *, limit: int = GENERATED_LIMIT, follow_symlinks: bool = False) -> str | None:

@@ -29,6 +29,10 @@ KeyPath = tuple[str | int, ...]
 MAX_NODES = 50_000
 # Nesting levels: matrix and site files are at most 5 deep. Far below Python's recursion limit.
 MAX_DEPTH = 32
+# Characters of a number (digits, sign, `0x`, `_`, `:`): schema, level and friends are a few digits. A longer one
+# is refused before it is converted: 4,000 hex digits made a number Python cannot even print (its int conversion
+# limit raised inside the error message, a traceback, issue 41), and base-60 `1:2:3:...` grows with every part.
+MAX_NUMBER_CHARS = 32
 _CORE = "tag:yaml.org,2002:"
 # The tags plain YAML resolves to. Explicit ones beyond these (!!python/..., !!binary, !!set, !custom) are refused.
 ALLOWED_TAGS = frozenset(_CORE + name for name in
@@ -183,6 +187,10 @@ def _convert(node: yaml.Node, keys: KeyPath, doc: YamlDoc, loader: yaml.SafeLoad
     doc.raw[keys] = node.value
     if node.tag == _CORE + "value":  # a lone `=` is YAML 1.1's "value" key; here it is just text
         return node.value
+    if node.tag in (_CORE + "int", _CORE + "float") and len(node.value) > MAX_NUMBER_CHARS:
+        raise ConfigError(f"a number of {len(node.value)} characters (more than {MAX_NUMBER_CHARS})",
+                          location=doc.loc(keys), rule="yaml-value",
+                          hint="numbers here are a few digits; quote the value if it is text")
     try:
         return loader.construct_object(node, deep=True)
     except (yaml.YAMLError, ValueError, OverflowError) as error:  # e.g. a timestamp like 2024-13-45

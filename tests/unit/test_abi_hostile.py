@@ -32,7 +32,7 @@ from xla_images.cli.abi import abi as abi_group
 from xla_images.errors import ConfigError
 
 from elf_mutations import SHDR, VERDEF, VERNEED, compile_library, fixed_bytes, mutate, section_headers, \
-    set_field, version_chain, with_version_needs
+    set_field, version_chain, with_string_table, with_version_needs
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = "_XLAC.cpython-311-x86_64-linux-gnu.so"
@@ -543,3 +543,37 @@ def test_a_fifo_named_like_python_source_is_not_opened(tmp_path: Path) -> None:
     (package / "a.py").write_text("ctypes.CDLL('libown.so')\n")
     os.mkfifo(package / "b.py")
     assert "libown.so" in abi_check._python_text(package)
+
+
+def test_string_table_without_a_nul_is_read_in_bounded_memory(seeds: Path, tmp_path: Path) -> None:
+    """Issue 41: a 64 MB .dynstr without a NUL made every symbol's name run to the table's end, one 64 MB copy per
+    symbol (more than 2 GB). A name is looked for at most MAX_NAME_BYTES from its offset: the library is refused
+    naming the limit, in seconds and well under 500 MB peak (measured in the child by getrusage)."""
+    from xla_images.abi.elf import MAX_NAME_BYTES
+
+    library = tmp_path / "libnonul.so"
+    library.write_bytes(with_string_table((seeds / "libstrings.so").read_bytes(), b"A" * (64 << 20)))
+    measure = ("import resource, runpy, sys\n"
+               "try:\n    runpy.run_module('xla_images.abi', run_name='__main__')\n"
+               "finally:\n    print('peak-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    completed = subprocess.run([sys.executable, "-c", measure, "inspect", str(library)], capture_output=True,
+                               text=True, cwd=REPO, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    peak_mb = int(completed.stderr.split("peak-kb")[-1]) / 1024
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert "libnonul.so" in completed.stderr and "[abi-elf-readable]" in completed.stderr
+    assert f"no NUL within {MAX_NAME_BYTES} bytes" in completed.stderr and "Traceback" not in completed.stderr
+    assert peak_mb < 500, peak_mb
+
+
+def test_a_last_name_without_a_nul_near_the_table_end_is_still_read(seeds: Path, tmp_path: Path) -> None:
+    """The bound refuses only names longer than MAX_NAME_BYTES: a table whose last name lacks its NUL (well short
+    of the limit) reads as before, its last name running to the table's end."""
+    seed = (seeds / "libstrings.so").read_bytes()
+    headers = [header for _, header in section_headers(seed)]
+    strings = headers[next(header for header in headers if header[1] == 11)[6]]
+    table = seed[strings[4]:strings[4] + strings[5]]
+    assert table.endswith(b"\0")
+    library = tmp_path / "libshort.so"
+    library.write_bytes(with_string_table(seed, table[:-1]))
+    read, original = abi.elf.read_elf_file(library), abi.elf.read_elf_file(seeds / "libstrings.so")
+    assert read.defined == original.defined and read.undefined == original.undefined and read.needed

@@ -107,7 +107,7 @@ SET_CASES = [
     ("set-unknown", "registri=x/y", "site-unknown-key"),
     ("set-no-equals", "registry", "set-syntax"),
     ("set-hex-level", "compression.level=0x3", "site-number"),
-    ("set-huge-hex-level", "compression.level=0x" + "f" * 4000, "site-number"),
+    ("set-huge-hex-level", "compression.level=0x" + "f" * 4000, "yaml-value"),  # bounded before conversion
     ("set-hex-in-mapping", "compression={format: zstd, level: 0b11}", "site-number"),
 ]
 
@@ -159,6 +159,7 @@ PUBLISHED_CASES = [
     ("flavour-null", _published(flavour=None), "`flavour` is not an object"),
     ("tag-mismatch", _published(tag="latest"), "its `tag` is 'latest'"),
     ("nan", '{"schema": NaN, "flavours": {}}', "NaN is not a value"),
+    ("huge-schema-number", '{"schema": ' + "9" * 5000 + ', "flavours": {}}', "a number of 5000 digits"),
     ("deep", "[" * 100_000 + "]" * 100_000, "recursion"),
     ("syntax", '{"schema": 1,\n "flavours": {', "Expecting property name"),
     # promotions (issue 19): read by resolve, merge and prune, validated whole before any of them uses it

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jsonschema
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hostile_inputs import FIXTURE_MATRIX, MATRICES_AS_WRITTEN, MATRIX_CASES, SITE_CASES
 from xla_images import resources
@@ -192,3 +194,118 @@ def test_whatever_the_site_schema_refuses_in_any_setting_the_validator_refuses(t
             disagreements.append(f"{path} = {value!r}: the validator refuses ({rules}), the schema accepts")
     assert len(SITE_MUTATIONS) > 200
     assert not disagreements, "\n".join(disagreements[:30])
+
+
+# --- field by field, the same strings to both (issue 41) --------------------------------------------------------
+# Every field with a pattern takes it from the validator's compiled pattern, so on that field the two must agree
+# exactly, both ways: the schema refused `>=3.10,` and a base ending in U+FEFF that the validator took, and took
+# `v2.9.1/../../etc/passwd`. Values are dumped to YAML (quoted, escaped) so both read the same string.
+
+SMALL_MATRIX = {"schema": 1,
+                "defaults": {"pythons": ["3.11"], "accelerators": ["cpu"], "abis": ["cxx11"], "default_abi": "cxx11",
+                             "latest_python": "3.11"},
+                "releases": {"2.9.0": {"torch": "2.9.0", "pytorch_git_rev": "v2.9.1", "xla_git_rev": "v2.9.0",
+                                       "python_support": ">=3.10,<3.14"}}}
+
+
+def _in_matrix(*path: str | int) -> Callable[[str], dict]:
+    def build(value: str) -> dict:
+        return _replaced(SMALL_MATRIX, path, value)
+    return build
+
+
+def _release_named(value: str) -> dict:
+    return {**SMALL_MATRIX, "releases": {value: SMALL_MATRIX["releases"]["2.9.0"]}}
+
+
+def _source(key: str, listed: bool = False) -> Callable[[str], dict]:
+    return lambda value: {"wheel_sources": [{"name": "a", key: [value] if listed else value}]}
+
+
+RELEASE = ("releases", "2.9.0")
+# field -> (the document holding the value, the schema path its errors lie under, valid examples)
+FIELDS: dict[str, tuple[str, Callable[[str], dict], tuple, list[str]]] = {
+    "release": ("matrix", _release_named, ("releases",), ["2.9.0", "0.0.1", "10.20.30"]),
+    "torch": ("matrix", _in_matrix(*RELEASE, "torch"), RELEASE, ["2.9.0", "2.9.0.1", "2.10.0rc1"]),
+    "libtpu": ("matrix", _in_matrix(*RELEASE, "libtpu"), RELEASE, ["0.0.21", "0.0.7.1"]),
+    "pytorch_git_rev": ("matrix", _in_matrix(*RELEASE, "pytorch_git_rev"), RELEASE,
+                        ["v2.9.1", "release/2.9", "a" * 40, "v2.9.0-rc1+x_y"]),
+    "xla_git_rev": ("matrix", _in_matrix(*RELEASE, "xla_git_rev"), RELEASE, ["v2.9.0", "main"]),
+    "python_support": ("matrix", _in_matrix(*RELEASE, "python_support"), RELEASE,
+                       [">=3.10,<3.14", "==3.11.*", "~=3.10", ">= 3.9 , < 3.12"]),
+    "pythons": ("matrix", _in_matrix("defaults", "pythons", 0), ("defaults",), ["3.11", "3.0", "3.100"]),
+    "latest_python": ("matrix", _in_matrix("defaults", "latest_python"), ("defaults",), ["3.11", "none"]),
+    "bases": ("site", lambda value: {"bases": {"3.11": value}}, ("bases",),
+              ["python:3.11", "localhost:5000/a/b:t", "ghcr.io/o/i@sha256:" + "a" * 64, "a__b/c.d-e:T_1.2"]),
+    "bases key": ("site", lambda value: {"bases": {value: "python:3.11"}}, ("bases",), ["3.11", "3.9"]),
+    "source name": ("site", lambda value: {"wheel_sources": [{"name": value}]}, ("wheel_sources",),
+                    ["corp-mirror", "a.b_c"]),
+    "torch_local": ("site", _source("torch_local"), ("wheel_sources",), ["+cxx11", ""]),
+    "index_url": ("site", _source("index_url"), ("wheel_sources",), ["https://pypi.example/simple", "file:///w"]),
+    "extra_index_urls": ("site", _source("extra_index_urls", listed=True), ("wheel_sources",),
+                         ["http://127.0.0.1:8080/simple/"]),
+    "find_links": ("site", _source("find_links", listed=True), ("wheel_sources",),
+                   ["https://host/wheels/", "/srv/wheel house"]),
+}
+# The rules a field's own grammar answers with (others look across fields: torch-pin, latest-python ...).
+FIELD_RULES = {"schema-type", "version-format", "git-rev", "site-bases", "site-wheel-sources"}
+# Characters where Python's and a JSON Schema's (ECMAScript) regexes, or packaging and a pattern, tend to differ.
+HOSTILE = ["\x1c", "\ufeff", "\x85", "\xa0", "\u2028", " ", "\t", "\n", "\x00", "\x7f", "\u0663", "V", "v", ",",
+           ".", "..", "/", "//", ".lock", "@{", ":", "*", "0", "-", "_", ";", "${IFS}", "|", "A", "+", "~", "\\",
+           "://", "@sha256:", "3.10"]
+
+
+@st.composite
+def _value(draw: st.DrawFn, valid: list[str]) -> str:
+    """A valid example, mutated: characters inserted, replaced or cut, or two examples joined."""
+    text = draw(st.sampled_from(valid))
+    for _ in range(draw(st.integers(0, 3))):
+        where = draw(st.integers(0, len(text)))
+        action = draw(st.sampled_from(["insert", "replace", "cut", "join"]))
+        piece = draw(st.sampled_from(HOSTILE) | st.text(max_size=3))
+        if action == "insert":
+            text = text[:where] + piece + text[where:]
+        elif action == "replace":
+            text = text[:where] + piece + text[where + 1:]
+        elif action == "cut":
+            text = text[:where]
+        else:
+            text = text + piece + draw(st.sampled_from(valid))
+    return text
+
+
+def _field_verdicts(field: str, value: str, folder: Path) -> tuple[bool, bool]:
+    """(the validator refuses the field, the schema refuses it) for `value` placed in its field."""
+    kind, build, prefix, _ = FIELDS[field]
+    data = build(value)
+    text = yaml.dump(data, Dumper=DUMPER, sort_keys=False)
+    rules = (_matrix_rules if kind == "matrix" else _site_rules)(text, folder)
+    schema = MATRIX_SCHEMA if kind == "matrix" else SITE_SCHEMA
+    errors = jsonschema.Draft202012Validator(schema).iter_errors(data)
+    refused_by_schema = any(tuple(error.absolute_path)[:len(prefix)] == prefix for error in errors)
+    return bool(set(rules) & FIELD_RULES), refused_by_schema
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+def test_the_schema_and_the_validator_agree_on_every_value_of_a_field_with_a_pattern(
+        field: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = tmp_path_factory.mktemp("field")
+
+    @settings(max_examples=150, derandomize=True, deadline=None, database=None)
+    @given(value=_value(FIELDS[field][3]))
+    def agree(value: str) -> None:
+        validator, schema = _field_verdicts(field, value, folder)
+        assert validator == schema, f"{field} = {value!r}: validator refuses {validator}, schema refuses {schema}"
+
+    agree()
+    for value in FIELDS[field][3]:  # the examples themselves are accepted: the property is not vacuous
+        assert _field_verdicts(field, value, folder) == (False, False), value
+
+
+@pytest.mark.parametrize("field, value", [
+    ("python_support", ">=3.10,<3.14,"), ("python_support", ">=V3.10"), ("python_support", ">=3.10\x1c"),
+    ("bases", "python:3.11\ufeff"), ("bases", "python:3.11;curl${IFS}x|sh"),
+    ("pytorch_git_rev", "v2.9.1/../../../../etc/passwd"), ("torch_local", "+cxx11\n")])
+def test_values_the_validator_once_took_and_the_schema_refused_are_refused_by_both(
+        field: str, value: str, tmp_path: Path) -> None:
+    assert _field_verdicts(field, value, tmp_path) == (True, True)

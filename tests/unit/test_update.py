@@ -2,6 +2,7 @@
 wheel-python rule validation checks offline. The index itself: test_index.py (fake) and test_update_network.py."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -426,30 +427,52 @@ def test_metadata_of_another_wheel_or_too_deep_is_refused(text: str, needle: str
 
 
 def test_write_keeps_a_symlinked_matrix_and_the_modes(tmp_path: Path) -> None:
+    """A matrix linked to another file of its own folder (matrix.yaml -> matrix.prod.yaml) stays a link whose
+    target is rewritten, every file keeping its mode."""
+    from xla_images.run.packages.upstream import plan_update, write_update
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "matrix.prod.yaml").write_text(MATRIX)
+    (repo / "matrix.prod.yaml").chmod(0o664)
+    (repo / "matrix.yaml").symlink_to("matrix.prod.yaml")
+    result = plan_update(repo / "matrix.yaml", load_site(None), index=memory_index())
+    write_update(result)
+    assert (repo / "matrix.yaml").is_symlink() and os.readlink(repo / "matrix.yaml") == "matrix.prod.yaml"
+    assert '"2.10.1":' in (repo / "matrix.prod.yaml").read_text()
+    assert stat.S_IMODE((repo / "matrix.prod.yaml").stat().st_mode) == 0o664
+    umask = os.umask(0o022)
+    os.umask(umask)
+    # Beside the matrix file itself, where validation reads it; new: a checkout file's mode, not 0600.
+    cache = repo / wheel_index.WHEELS_FILE
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask
+    cache.chmod(0o640)
+    (repo / "matrix.prod.yaml").write_text(MATRIX)
+    write_update(plan_update(repo / "matrix.yaml", load_site(None), index=memory_index(("2.11.0",))))
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o640 and '"2.11.0"' in cache.read_text()
+    assert sorted(path.name for path in repo.iterdir()) == [  # no temp file
+        "matrix.prod.yaml", "matrix.wheels.json", "matrix.yaml"]
+    assert wheel_index.load(load_plan(repo / "matrix.yaml").root / wheel_index.WHEELS_FILE) is not None
+
+
+def test_write_refuses_a_matrix_linked_into_another_folder(tmp_path: Path) -> None:
+    """Issue 41: repo/matrix.yaml -> ../shared/matrix.yaml made `update --write` write Dockerfiles/ and
+    matrix.wheels.json beside the shared file, outside the checkout. Refused (disk-outside) before any write."""
     from xla_images.run.packages.upstream import plan_update, write_update
 
     shared, repo = tmp_path / "shared", tmp_path / "repo"
     shared.mkdir()
     repo.mkdir()
     (shared / "matrix.yaml").write_text(MATRIX)
-    (shared / "matrix.yaml").chmod(0o664)
     (repo / "matrix.yaml").symlink_to("../shared/matrix.yaml")
     result = plan_update(repo / "matrix.yaml", load_site(None), index=memory_index())
-    write_update(result)
-    assert (repo / "matrix.yaml").is_symlink() and os.readlink(repo / "matrix.yaml") == "../shared/matrix.yaml"
-    assert '"2.10.1":' in (shared / "matrix.yaml").read_text()
-    assert stat.S_IMODE((shared / "matrix.yaml").stat().st_mode) == 0o664
-    umask = os.umask(0o022)
-    os.umask(umask)
-    # Beside the matrix file itself, where validation reads it; new: a checkout file's mode, not 0600.
-    cache = shared / wheel_index.WHEELS_FILE
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask
-    cache.chmod(0o640)
-    (shared / "matrix.yaml").write_text(MATRIX)
-    write_update(plan_update(repo / "matrix.yaml", load_site(None), index=memory_index(("2.11.0",))))
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o640 and '"2.11.0"' in cache.read_text()
-    assert sorted(path.name for path in shared.iterdir()) == ["matrix.wheels.json", "matrix.yaml"]  # no temp file
-    assert wheel_index.load(load_plan(repo / "matrix.yaml").root / wheel_index.WHEELS_FILE) is not None
+    with pytest.raises(ConfigError) as caught:
+        write_update(result)
+    assert caught.value.rule == "disk-outside" and caught.value.exit_code == 2
+    assert str(shared / "matrix.yaml") in caught.value.message
+    assert sorted(path.name for path in shared.iterdir()) == ["matrix.yaml"]
+    assert (shared / "matrix.yaml").read_text() == MATRIX
+    assert sorted(path.name for path in repo.iterdir()) == ["matrix.yaml"]
 
 
 def test_credentials_in_the_index_url_are_never_printed_or_written(index_server: str, tmp_path: Path) -> None:
@@ -539,14 +562,14 @@ def test_companions_are_read_until_a_pin_below_the_torch(tmp_path: Path) -> None
 
     (tmp_path / "matrix.yaml").write_text(without_companions(MATRIX, "2.7.0"))
     pins = {"torchvision-0.23.0": "2.8.0", "torchvision-0.22.1": "2.7.1", "torchvision-0.21.0": "2.6.0",
-            "torchvision-0.20.0": "2.5.0", "torchaudio-2.11.0": None, "torchaudio-2.7.0": "2.7.0"}
+            "torchvision-0.20.0": "2.5.0", "torchaudio-2.10.0": None, "torchaudio-2.7.0": "2.7.0"}
     index = memory_index(companions=pins)
     result = plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",), index=index)
     # torchvision: no release pins torch 2.7.0, and 0.21.0's 2.6.0 ends the search (0.20.0 is never read);
-    # torchaudio 2.11.0 pins no torch at all: passed over, not a match.
+    # torchaudio 2.10.0 pins no torch at all: passed over, not a match.
     assert result.filled == (("2.7.0", (("torchaudio", '"2.7.0"'),)),)
     assert [name.split("-cp")[0] for name in index.read] == [
-        "torchvision-0.23.0", "torchvision-0.22.1", "torchvision-0.21.0", "torchaudio-2.11.0", "torchaudio-2.7.0"]
+        "torchvision-0.23.0", "torchvision-0.22.1", "torchvision-0.21.0", "torchaudio-2.10.0", "torchaudio-2.7.0"]
 
 
 def test_an_index_without_companions_records_none_and_says_so(tmp_path: Path) -> None:
@@ -605,3 +628,33 @@ def test_companions_are_read_from_an_http_index(index_server: str, tmp_path: Pat
         plan_update(tmp_path / "matrix.yaml", load_site(None), ("2.9.0",),
                     index=Index(f"{index_server}/simple/", attempts=1))
     assert caught.value.rule == "wheel-metadata" and "not torchvision 0.24.0" in caught.value.message
+
+
+def test_companions_follow_torch_xla_s_jump_and_yank_rules(tmp_path: Path) -> None:
+    """Issue 41: a torchvision 9999.0.0 pinning the release's torch was recorded; and a yanked companion must not
+    be. Both are passed over like torch_xla's: the jump with a note naming it, the yanked one silently."""
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    pins = {**COMPANION_TORCH, "torchvision-9999.0.0": "2.10.0", "torchaudio-2.10.5": "2.10.0"}
+    yanked = frozenset(wheels("torchaudio", "2.10.5", ("3.11",)))
+    index = memory_index(companions=pins, yanked=yanked)
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    assert result.facts[0].companions == {"torchvision": "0.25.0", "torchaudio": "2.10.0"}
+    assert "torchvision 9999.0.0 skips more than a minor release after 0.24.0: not recorded" in result.facts[0].notes
+    assert not any("9999" in name or "2.10.5" in name for name in index.read)
+
+
+def test_build_tagged_companion_wheels_are_read_like_the_others(tmp_path: Path) -> None:
+    """Issue 41: `torchvision-0.25.0-1-cp311-cp311-manylinux_2_28_x86_64.whl` (a build tag) stopped update with a
+    false "has no x86_64 Linux wheel": wheel names are parsed by packaging, build tags included."""
+    from xla_images.run.packages.upstream import plan_update
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    index = memory_index()
+    index.pages["torchvision"] = [dataclasses.replace(file, filename=file.filename.replace("-cp311-", "-1-cp311-", 1))
+                                  for file in index.pages["torchvision"]]
+    result = plan_update(tmp_path / "matrix.yaml", load_site(None), index=index)
+    assert result.facts[0].companions == {"torchvision": "0.25.0", "torchaudio": "2.10.0"}
+    assert wheel_index.wheel_pythons(["torchvision-0.25.0-1-cp311-cp311-manylinux_2_28_x86_64.whl"], "torchvision",
+                                     "0.25.0") == ("3.11",)

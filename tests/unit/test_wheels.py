@@ -456,3 +456,15 @@ def test_fetch_refuses_a_missing_wheelhouse_wheel(tmp_path: Path, index: Path) -
     with pytest.raises(Failure) as caught:
         hostwheels.fetch(plan, [flavour], tmp_path / "house")
     assert caught.value.rule == "wheelhouse-complete"
+
+
+def test_a_wheel_cache_number_past_the_digit_bound_is_refused_before_conversion(tmp_path) -> None:
+    """Issue 41: integers in JSON files are bounded before int() (json.loads' parse_int), named, never converted."""
+    from xla_images.errors import ConfigError
+    from xla_images.model import wheel_index
+
+    path = tmp_path / wheel_index.WHEELS_FILE
+    path.write_text('{"schema": ' + "1" * 5000 + ', "index": "x", "wheels": {}}')
+    with pytest.raises(ConfigError) as caught:
+        wheel_index.load(path)
+    assert caught.value.rule == "wheel-cache" and "a number of 5000 digits" in caught.value.message

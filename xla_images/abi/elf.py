@@ -39,6 +39,9 @@ _VERSYM_HIDDEN = 0x8000
 MAX_TABLE_BYTES = 256 << 20
 MAX_TABLES_BYTES = 384 << 20
 _MAX_SECTIONS = 1 << 18
+# Real dynamic symbol names are at most a few KiB, even for deeply templated C++. A name is looked for only this far from its offset: a string table without a NUL made every
+# name run to the table's end, one copy of up to 64 MB per symbol (more than 2 GB for one library, issue 41).
+MAX_NAME_BYTES = 64 << 10
 
 
 class CorruptElf(ValueError):
@@ -225,11 +228,23 @@ def read_link_summary(stream: IO[bytes]) -> ElfDynamic:
         return info
 
 
+def _name_end(table: bytes | str, offset: int) -> int:
+    """Where the name at offset ends: its NUL, or the table's end when that is near; searched at most
+    MAX_NAME_BYTES from offset, so a table without NULs costs one bounded scan per name, not a copy to its end."""
+    limit = offset + MAX_NAME_BYTES
+    end = table.find(b"\0" if isinstance(table, bytes) else "\0", offset, limit + 1)
+    if end >= 0:
+        return end
+    if len(table) <= limit:
+        return len(table)
+    raise CorruptElf(f"the name at offset {offset} of its string table has no NUL within {MAX_NAME_BYTES} bytes "
+                     f"(the limit of one symbol name; real ones are a few KiB)")
+
+
 def _string(table: bytes, offset: int) -> str:
     if not 0 <= offset < len(table):
         raise CorruptElf(f"string offset {offset} outside its table ({len(table)} bytes)")
-    end = table.find(b"\0", offset)
-    return table[offset:end if end >= 0 else len(table)].decode("latin-1")
+    return table[offset:_name_end(table, offset)].decode("latin-1")
 
 
 def _read_dynamic_section(image: _Image, info: ElfDynamic) -> None:
@@ -334,7 +349,7 @@ def _read_symbols(data: bytes, strings: bytes, versym: Sequence[int] | None,
     if not layout.wide:  # Elf32_Sym orders its fields differently
         entries = ((name, st_info, other, shndx, value, value) for name, value, _, st_info, other, shndx in entries)
     text = strings.decode("latin-1")  # mangled names are ASCII; latin-1 never fails
-    find = text.find
+    find, longest = text.find, MAX_NAME_BYTES + 1
     define = info.defined.add
     undefined = info.undefined.append
     versions = len(versym) if versym is not None else 0
@@ -342,8 +357,8 @@ def _read_symbols(data: bytes, strings: bytes, versym: Sequence[int] | None,
         binding = st_info >> 4
         if binding == _STB_LOCAL or name_offset == 0 or position == 0 or name_offset >= len(text):
             continue
-        end = find("\0", name_offset)
-        name = text[name_offset:end if end >= 0 else len(text)]
+        end = find("\0", name_offset, name_offset + longest)  # bounded: inline, the loop runs per symbol
+        name = text[name_offset:end if end >= 0 else _name_end(text, name_offset)]
         if shndx == _SHN_UNDEF:
             version = version_index.get(versym[position] & ~_VERSYM_HIDDEN) if position < versions else None
             undefined(UndefinedSymbol(name, binding == _STB_WEAK, *(version or (None, None))))

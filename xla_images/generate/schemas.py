@@ -3,9 +3,12 @@
 An editor with yaml-language-server reads them (the `# yaml-language-server: $schema=schemas/...` line at the
 top of matrix.yaml) for completion and inline errors. They are committed and drift-checked like every rendered
 file (generate.sync.expected_files). The validator (model.matrix, model.site) stays the authority: a schema
-never refuses what the validator accepts; what it cannot say (rules across fields: torch-pin, abi-default,
-python-supported, exclude-matches, unique-tag, ...; versions as written) only the validator checks.
-tests/unit/test_schemas.py holds the two in agreement on the hostile-input corpus.
+never refuses what the validator accepts, and every field with a pattern takes it from the validator's own
+compiled pattern (matrix.PYTHON_SUPPORT, GIT_REV, the versions; registry.IMAGE_REFERENCE; site's), so on those
+fields the two accept exactly the same strings. What a schema cannot say (rules across fields: torch-pin,
+abi-default, python-supported, exclude-matches, unique-tag, ...; versions as written; registry and mirror hosts,
+whose port range and IPv6 check are code) only the validator checks. tests/unit/test_schemas.py holds the two in
+agreement on the hostile-input corpus and, field by field, on generated strings (a hypothesis property).
 """
 from __future__ import annotations
 
@@ -14,22 +17,20 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..model import compression, matrix, site
+from ..model import compression, matrix, registry, site
 from ..model.flavour import COMPANIONS, Abi, Accelerator, Channel
 
 SCHEMAS_DIR = Path("schemas")
 MATRIX_SCHEMA = SCHEMAS_DIR / "matrix.schema.json"
 SITE_SCHEMA = SCHEMAS_DIR / "site.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-# python_support as packaging.specifiers.SpecifierSet reads it: clauses `OP VERSION` joined by commas. Wider
-# than packaging (it checks the version's grammar too), never narrower.
-_CLAUSE = r"\s*(~=|===|==|!=|<=|>=|<|>)\s*v?[0-9][0-9A-Za-z.*+!_-]*\s*"
-SPECIFIER = f"^{_CLAUSE}(,{_CLAUSE})*$"
 
 
 def _pattern(regex: re.Pattern[str]) -> str:
-    """A model pattern (matched with fullmatch, ASCII) as a JSON Schema pattern: anchored, ASCII digits."""
-    return "^(?:" + regex.pattern.replace(r"\d", "[0-9]") + ")$"
+    """A model pattern (matched with fullmatch, ASCII) as a JSON Schema pattern: anchored, ASCII digits. The end
+    is `(?![\\s\\S])` (nothing follows), not `$`: Python's `$`, which the jsonschema library uses, also matches
+    before a final newline, so "+cxx11\\n" would pass a schema the validator's fullmatch refuses."""
+    return "^(?:" + regex.pattern.replace(r"\d", "[0-9]") + r")(?![\s\S])"
 
 
 def _words(enum_type: type) -> list[str]:
@@ -68,7 +69,7 @@ def matrix_schema() -> dict[str, Any]:
     }, matrix.DEFAULT_KEYS)
     release = _closed({
         "torch": _version(matrix.PACKAGE_VERSION, "2.9.0"), "pytorch_git_rev": git_rev, "xla_git_rev": git_rev,
-        "python_support": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": SPECIFIER,
+        "python_support": {"type": "string", "pattern": _pattern(matrix.PYTHON_SUPPORT),
                            "examples": [">=3.10,<3.14"]},
         "pythons": _pythons(), "accelerators": _word_list(Accelerator), "abis": _word_list(Abi),
         "default_abi": {"enum": _words(Abi)}, "libtpu": _version(matrix.PACKAGE_VERSION, "0.0.21"),
@@ -97,7 +98,9 @@ def site_schema() -> dict[str, Any]:
     Every setting is optional: a site file is merged over the built-in defaults, mappings key by key."""
     plain = {"type": "string", "pattern": _pattern(site._PLAIN)}
     path = {"type": "string", "pattern": _pattern(site._PATH)}
-    urls = {"anyOf": [plain, {"type": "array", "items": plain}]}
+    url = {"type": "string", "pattern": _pattern(site.URL)}
+    link = {"type": "string", "pattern": _pattern(site.FIND_LINK)}
+    urls = {"anyOf": [url, {"type": "array", "items": url}]}
     match = _closed({"torch_xla": {"type": "string", "maxLength": site.MAX_SPECIFIER, "examples": [">=2.7"]},
                      "abi": {"enum": [*_words(Abi), None]}, "channel": {"enum": _words(Channel)}},
                     site.MATCH_KEYS)
@@ -105,10 +108,9 @@ def site_schema() -> dict[str, Any]:
     source = _closed({
         "name": {"type": "string", "pattern": _pattern(site.SOURCE_NAME)},
         "match": {"anyOf": [match, {"type": "null"}]},
-        "index_url": {"anyOf": [plain, {"type": "null"}]},
+        "index_url": {"anyOf": [url, {"type": "null"}]},
         "extra_index_urls": {"anyOf": [urls, {"type": "null"}]},
-        "find_links": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}},
-                                 {"type": "null"}]},
+        "find_links": {"anyOf": [link, {"type": "array", "items": link}, {"type": "null"}]},
         "wheelhouse": {"anyOf": [path, {"type": "null"}]}, "torch_local": local, "torch_xla_local": local,
     }, site.SOURCE_KEYS, required=["name"])
     levels = compression.ZSTD_LEVELS
@@ -122,7 +124,8 @@ def site_schema() -> dict[str, Any]:
         "registry": {**plain, "examples": ["127.0.0.1:5000/xla-images"]},
         "ca_bundle": {"anyOf": [path, {"const": ""}, {"type": "null"}], "examples": ["auto", "none"]},
         "bases": {"type": "object", "propertyNames": {"pattern": _pattern(site.BASE_PYTHON)},
-                  "additionalProperties": plain},
+                  "additionalProperties": {"type": "string", "pattern": _pattern(registry.IMAGE_REFERENCE),
+                                           "examples": ["python:3.11-slim-bookworm"]}},
         "wheel_sources": {"type": "array", "items": source},
         "cosign_public_key": {"anyOf": [path, {"type": "null"}]},
         "compression": layers,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from .. import yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shown_value
@@ -44,11 +44,25 @@ RELEASE_KEYS = {"torch", "pytorch_git_rev", "xla_git_rev", "python_support", "py
 RELEASE_REQUIRED = ("torch", "pytorch_git_rev", "xla_git_rev", "python_support")
 EXCLUDE_KEYS = {"torch_xla", "python", "abi", "accelerator"}
 # Matched with fullmatch and ASCII digits: "2.9.0\n" and "٢.٩.٠" are not versions (and would break Version()).
-RELEASE_VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}", re.ASCII)
-PACKAGE_VERSION = re.compile(r"\d{1,4}(\.\d{1,6}){1,3}([a-z]{1,5}\d{1,4})?", re.ASCII)
-PYTHON_VERSION = re.compile(r"3\.\d{1,3}", re.ASCII)
-# What build-wheels.sh checks out: a tag, branch or commit. Plain characters only; it lands in a script.
-GIT_REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}", re.ASCII)
+# A number has no leading zero: `3.010` is the version 3.10 written another way (a second tag for one python).
+# These patterns are the grammar: the JSON Schemas are generated from them (generate.schemas), so the two agree.
+_NUMBER = r"(?:0|[1-9][0-9]{0,3})"
+RELEASE_VERSION = re.compile(rf"{_NUMBER}\.{_NUMBER}\.{_NUMBER}", re.ASCII)
+PACKAGE_VERSION = re.compile(rf"{_NUMBER}(\.(?:0|[1-9][0-9]{{0,5}})){{1,3}}([a-z]{{1,5}}[0-9]{{1,4}})?", re.ASCII)
+PYTHON_VERSION = re.compile(r"3\.(?:0|[1-9][0-9]{0,2})", re.ASCII)
+# What build-wheels.sh checks out: a tag, branch or commit (or a hex SHA, which the same grammar admits). Plain
+# characters only (it lands in a script and a .env file), and git's own ref-name rules (git check-ref-format):
+# no `..` (a path out of the tree: v2.9.1/../../etc/passwd), no component starting with `.` or ending `.lock`,
+# no `//`, no trailing `/` or `.`. Control characters, space, ~ ^ : ? * [ \\ and `@{` are outside the characters.
+GIT_REV = re.compile(r"(?!.*\.\.)(?!.*//)(?!.*/\.)(?!.*\.lock(?:/|$))(?!.*[/.]$)[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}",
+                     re.ASCII)
+# python_support: comma-joined clauses `OP VERSION` that packaging.specifiers reads, an ASCII space around each,
+# wildcards (3.10.*) only after == and !=, ~= with two or more numbers. Narrower than packaging (no `v3.10`, no
+# trailing comma, no Unicode spaces), so the schema generated from it refuses exactly what the validator does.
+_SUPPORT_VERSION = r"[0-9]{1,4}(?:\.[0-9]{1,4}){0,2}"
+_SUPPORT_CLAUSE = (rf" ?(?:(?:==|!=) ?{_SUPPORT_VERSION}(?:\.\*)?|~= ?[0-9]{{1,4}}(?:\.[0-9]{{1,4}}){{1,2}}"
+                   rf"|(?:<=|>=|<|>) ?{_SUPPORT_VERSION}) ?")
+PYTHON_SUPPORT = re.compile(rf"{_SUPPORT_CLAUSE}(?:,{_SUPPORT_CLAUSE}){{0,15}}", re.ASCII)
 # Beyond these the matrix is surely not hand-written; refusing keeps every command well under a second.
 MAX_FLAVOURS = 2000
 # `latest_python: none`: no flavour carries `latest`/`latest_cpu` (a staging matrix, or tests on a shared engine).
@@ -193,10 +207,9 @@ def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pat
     text = errors.doc.text(keys) if isinstance(value, (int, float)) else None
     text = text or str(value)
     if not pattern.fullmatch(text):
-        errors.error(keys, f"{what} {shown_value(text)} is not a version like {example}", "version-format",
-                     f'write it as a quoted string, e.g. "{example}"')
-        return None
-    if _non_canonical(errors, keys, text, what):
+        if not _non_canonical(errors, keys, text, what, pattern):
+            errors.error(keys, f"{what} {shown_value(text)} is not a version like {example}", "version-format",
+                         f'write it as a quoted string, e.g. "{example}"')
         return None
     return text
 
@@ -204,13 +217,18 @@ def _version_text(errors: _Collector, keys: KeyPath, value: Any, pattern: re.Pat
 _LEADING_ZERO = re.compile(r"(?:^|\.)0\d", re.ASCII)
 
 
-def _non_canonical(errors: _Collector, keys: KeyPath, text: str, what: str) -> bool:
+def _non_canonical(errors: _Collector, keys: KeyPath, text: str, what: str, pattern: re.Pattern[str]) -> bool:
     """A version with a leading zero (`3.010`, `02.9.0`) is the same version as its canonical form (packaging:
-    Version("3.010") == Version("3.10")) but would make another tag and name no real python or wheel: refused,
-    so it can never stand beside its canonical twin as a second flavour."""
-    if not _LEADING_ZERO.search(text):
+    Version("3.010") == Version("3.10")) but would make another tag and name no real python or wheel: refused
+    (the pattern has no leading zeros), and said so when the canonical form is a version of the pattern."""
+    if not (text.isascii() and _LEADING_ZERO.search(text)):
         return False
-    canonical = str(Version(text))
+    try:
+        canonical = str(Version(text))
+    except InvalidVersion:
+        return False
+    if not pattern.fullmatch(canonical):
+        return False
     errors.error(keys, f"{what} {text} is {canonical} written with a leading zero", "version-format",
                  f'write it as "{canonical}" (versions compare by value: {text} and {canonical} are one version)')
     return True
@@ -223,7 +241,8 @@ def _git_rev(errors: _Collector, keys: KeyPath, value: Any, what: str) -> str | 
         return None
     if not GIT_REV.fullmatch(value):
         errors.error(keys, f"{what} {shown_value(value)} is not a git tag, branch or commit", "git-rev",
-                     "use letters, digits and . _ / + - only (at most 128), e.g. v2.9.0")
+                     "letters, digits and . _ / + - (at most 128) by git's ref-name rules: no `..`, `//`, "
+                     "component starting with `.` or ending `.lock`, trailing `/` or `.`; e.g. v2.9.0")
         return None
     return value
 
@@ -334,11 +353,10 @@ def _releases(errors: _Collector, value: Any, defaults: dict[str, Any]) -> list[
 
 def _release(errors: _Collector, keys: KeyPath, version: str, settings: Any, defaults: dict) -> Release | None:
     before = len(errors.errors)
-    if not RELEASE_VERSION.fullmatch(version):
+    if not RELEASE_VERSION.fullmatch(version) and not _non_canonical(errors, keys, version, "release",
+                                                                     RELEASE_VERSION):
         errors.error(keys, f"release key {shown_value(version)} is not a torch_xla version like 2.9.0",
                      "version-format", 'quote it: "2.9.0"')
-    else:
-        _non_canonical(errors, keys, version, "release")
     if not isinstance(settings, dict):
         errors.error(keys, "a release must be a mapping of settings", "schema-type",
                      "give torch, pytorch_git_rev, xla_git_rev, python_support and libtpu under it")
@@ -427,7 +445,7 @@ def _check_one_nightly(errors: _Collector, releases: list[Release]) -> None:
 
 def _python_support(errors: _Collector, keys: KeyPath, value: Any) -> SpecifierSet | None:
     try:
-        if not isinstance(value, str) or not value or len(value) > 200:
+        if not isinstance(value, str) or not PYTHON_SUPPORT.fullmatch(value):
             raise InvalidSpecifier(shown_value(value))
         return SpecifierSet(value)
     except InvalidSpecifier:

@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import userfiles
-from ..errors import ConfigError, Location, shorten, shown_value
+from ..errors import ConfigError, Failure, Location, shorten, shown_value
 from ..names import PUBLISHED_SCHEMA
 from .registry import registry_problem
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# The size of published.json its readers accept (read_published), and so the size it is ever written at
+# (`document`): one constant for both, so a promotion of an image with megabytes of labels is refused before it
+# writes a record that push, resolve, prune and sign would then all refuse to read (issue 41).
+PUBLISHED_LIMIT = userfiles.JSON_LIMIT
 PROMOTION_FIELDS = ("registry", "digest", "ref", "from", "promoted_at")
 
 
@@ -74,16 +78,34 @@ class Published:
 
 
 def document(entries: dict[str, Published]) -> str:
-    """The text of published.json for `entries`, flavours sorted by tag: the one format push and merge write."""
+    """The text of published.json for `entries`, flavours sorted by tag: the one format push and merge write.
+    A text larger than PUBLISHED_LIMIT (what read_published accepts) is refused, naming the largest label."""
     flavours = {tag: entries[tag].to_json() for tag in sorted(entries)}
-    return json.dumps({"schema": PUBLISHED_SCHEMA, "flavours": flavours}, indent=2, sort_keys=False) + "\n"
+    text = json.dumps({"schema": PUBLISHED_SCHEMA, "flavours": flavours}, indent=2, sort_keys=False) + "\n"
+    size = len(text.encode("utf-8"))
+    if size > PUBLISHED_LIMIT:
+        raise _too_large(entries, size)
+    return text
+
+
+def _too_large(entries: dict[str, Published], size: int) -> Failure:
+    labels = [(len(json.dumps(name)) + len(json.dumps(value)), tag, name) for tag, entry in entries.items()
+              for name, value in entry.labels.items()]
+    if labels:
+        length, tag, name = max(labels)
+        culprit = f"; the largest label is {shown_value(name)} of {tag} ({length} bytes)"
+    else:
+        culprit = ""
+    return Failure(f"published.json would be {size} bytes, more than the {PUBLISHED_LIMIT} its readers accept"
+                   f"{culprit}", rule="published-size",
+                   hint="nothing was written; shrink that label in the image (or its Dockerfile), rebuild, push again")
 
 
 def read_published(path: Path) -> dict[str, Published]:
     """The verified pushes recorded in `path` ({} when there is none); read bounded, every field checked."""
     if not os.path.lexists(path):  # a directory, fifo, device, dangling link or symlink loop is not "none yet":
         return {}                  # read_text refuses it (callers must not skip it with is_file() either)
-    return parse_published(userfiles.read_text(path, limit=userfiles.JSON_LIMIT), str(path))
+    return parse_published(userfiles.read_text(path, limit=PUBLISHED_LIMIT), str(path))
 
 
 class _Duplicate(ValueError):
@@ -112,7 +134,8 @@ def parse_published(text: str, where: str) -> dict[str, Published]:
                            location=Location(where, line), rule="published-format", hint="delete it and push again")
 
     try:
-        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_refuse_duplicates)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_refuse_duplicates,
+                          parse_int=userfiles.bounded_int)
     except json.JSONDecodeError as error:
         raise refuse(error.msg, error.lineno) from None
     except _Duplicate as duplicate:

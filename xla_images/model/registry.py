@@ -7,7 +7,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError, Location
+from ..errors import ConfigError, Location, shown_value
 
 EXAMPLE = "127.0.0.1:5000/xla-images"
 _REPOSITORY_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -18,26 +18,45 @@ _COMPONENT = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _HOST = re.compile(rf"^(?P<name>\[[0-9a-fA-F:.]+\]|{_COMPONENT}(?:\.{_COMPONENT})*)(?::(?P<port>[0-9]{{1,5}}))?$",
                    re.ASCII)
 MAX_PORT = 65535
+# RFC 1123 host names, as resolvers take them: labels of 1-63 letters, digits and inner hyphens, 253 in all.
+MAX_LABEL, MAX_HOST_NAME = 63, 253
 SHAPE = "expected HOST[:PORT]/REPOSITORY"
+# An image reference as Docker reads it (distribution's reference grammar, reference/regexp.go): an optional
+# domain (components as above, or [IPv6], then :PORT) and `/`, lowercase path components joined by `/` (inner
+# `.`, `_`, `__` or runs of `-`), then `:TAG` ([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}) and/or `@ALGORITHM:HEX`.
+# Site `bases` must be one: the value lands in a Dockerfile FROM line (`python:3.11;curl${IFS}...|sh` is not
+# one). The JSON Schema of site.yaml is generated from this pattern.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # _COMPONENT of RFC 1123's length, for one regex
+_DOMAIN = rf"(?:\[[0-9a-fA-F:.]+\]|{_LABEL}(?:\.{_LABEL})*)(?::[0-9]{{1,5}})?"
+IMAGE_REFERENCE = re.compile(
+    rf"(?=.{{1,512}}$)(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII)
 
 
 def host_problem(host: str) -> str | None:
     """Why `host` (`NAME[:PORT]`) is not a registry host as Docker reads it, or None."""
     match = _HOST.fullmatch(host)
     if match is None:
-        return (f"{host!r} is not a registry host (letters, digits, inner hyphens and single dots, or [IPv6], "
-                "then :PORT)")
+        return (f"{shown_value(host)} is not a registry host (letters, digits, inner hyphens and single dots, or "
+                "[IPv6], then :PORT)")
     if match["port"] is not None and not 1 <= int(match["port"]) <= MAX_PORT:
         return f"port {match['port']} is not between 1 and {MAX_PORT}"
-    if match["name"].startswith("["):
+    name = match["name"]
+    if name.startswith("["):
         try:
-            ipaddress.IPv6Address(match["name"][1:-1])
+            ipaddress.IPv6Address(name[1:-1])
         except ValueError:
-            return f"{match['name']} is not an IPv6 address"
+            return f"{shown_value(name)} is not an IPv6 address"
+    elif len(name) > MAX_HOST_NAME or any(len(label) > MAX_LABEL for label in name.split(".")):
+        return (f"the host name {shown_value(name)} ({len(name)} characters) is not one a resolver takes "
+                f"(RFC 1123: labels of at most {MAX_LABEL} characters, {MAX_HOST_NAME} in all)")
     if "." not in host and ":" not in host and host != "localhost":
         # Docker reads a first part without a dot or port as a Docker Hub namespace, not a registry.
-        return f"{host!r} is not a registry host (it needs a dot, a port or to be localhost)"
+        return f"{shown_value(host)} is not a registry host (it needs a dot, a port or to be localhost)"
     return None
+
 
 
 def _repository_problem(repository: str) -> str | None:

@@ -17,7 +17,7 @@ from .. import resources, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value, without_credentials
 from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
-from .registry import EXAMPLE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
+from .registry import EXAMPLE, IMAGE_REFERENCE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
 
 CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key", "compression",
@@ -28,13 +28,18 @@ MATCH_KEYS = {"torch_xla", "abi", "channel"}
 MAX_SPECIFIER = 200  # characters of a wheel source's torch_xla specifier; a real one is under 30
 # Settings land in pip.conf, Dockerfile build arguments and lock headers, one per line: whatever the type,
 # no whitespace or control characters (a newline would add a line of its own), and a sane length.
-_PLAIN = re.compile(r"[^\s\x00-\x1f\x7f]{1,2048}")
+# Whitespace spelled out: Python's \s and a JSON Schema's (ECMAScript) differ (U+FEFF, U+0085), and the schema
+# generated from this pattern must refuse exactly what the validator refuses.
+_VISIBLE = r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+_PLAIN = re.compile(rf"{_VISIBLE}{{1,2048}}")
 # Host paths (ca_bundle, wheelhouse, local find_links) are never written into a config line: spaces are fine.
 _PATH = re.compile(r"[^\x00-\x1f\x7f]{1,4096}")
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 LOCAL_LABEL = re.compile(r"(\+[A-Za-z0-9][A-Za-z0-9.]{0,31})?", re.ASCII)
 BASE_PYTHON = re.compile(r"3\.\d{1,3}", re.ASCII)
-URL = re.compile(r"(https?|file)://\S+", re.ASCII)
+URL = re.compile(rf"(?:https?|file)://{_VISIBLE}{{1,2040}}")
+# A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not).
+FIND_LINK = re.compile(rf"{URL.pattern}|(?!.*://){_PATH.pattern}")
 DECIMAL = re.compile(r"[-+]?[0-9]+", re.ASCII)
 
 
@@ -312,10 +317,11 @@ def _bases(value: Any, where, errors: list[XlaImagesError]) -> dict[str, str]:
         if not BASE_PYTHON.fullmatch(str(python)):
             errors.append(ConfigError(f"bases key {shown_value(python)} is not a python version like 3.11",
                                       location=where("bases", python), rule="site-bases"))
-        elif not isinstance(image, str) or not _PLAIN.fullmatch(image):
+        elif not isinstance(image, str) or not IMAGE_REFERENCE.fullmatch(image):
             errors.append(ConfigError(f"bases.{python} must be an image reference, not {shown_value(image)}",
                                       location=where("bases", python), rule="site-bases",
-                                      hint="for example python:3.11-slim-bookworm (no spaces)"))
+                                      hint="for example python:3.11-slim-bookworm: [HOST[:PORT]/]name[:tag]"
+                                           "[@digest] as Docker reads it (lowercase name, no spaces or shell)"))
         else:
             good[str(python)] = image
     return good
@@ -382,14 +388,11 @@ def _check_source_fields(entry: dict[str, Any], where, errors: list[XlaImagesErr
 
 
 def _is_url(value: Any) -> bool:
-    return isinstance(value, str) and bool(_PLAIN.fullmatch(value)) and bool(URL.fullmatch(value))
+    return isinstance(value, str) and bool(URL.fullmatch(value))
 
 
 def _is_link(value: Any) -> bool:
-    """A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not)."""
-    if not isinstance(value, str):
-        return False
-    return _is_url(value) if "://" in value else bool(_PATH.fullmatch(value))
+    return isinstance(value, str) and bool(FIND_LINK.fullmatch(value))
 
 
 def _wheel_source_rule(entry: dict[str, Any], loc: str, errors: list[XlaImagesError]) -> WheelSourceRule | None:

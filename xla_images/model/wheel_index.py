@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from packaging.utils import canonicalize_name
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from .. import userfiles
@@ -38,6 +39,8 @@ _PYTHON_ENTRY = re.compile(r"3\.\d{1,2}\+?|3\+", re.ASCII)
 # The platforms images are built for (model.lockfile.PLATFORMS names manylinux x86_64 ones).
 _PLATFORM = re.compile(r"(many)?linux(1|2010|2014|_\d+_\d+)?_x86_64", re.ASCII)
 PACKAGES = ("torch-xla", "torch", "libtpu", *COMPANIONS)
+# A wheel file name longer than this is no real one (real ones are a fraction of it); not parsed.
+MAX_WHEEL_NAME = 512
 
 
 def wheel_pythons(filenames: Iterable[str], project: str, version: str) -> tuple[str, ...]:
@@ -47,26 +50,33 @@ def wheel_pythons(filenames: Iterable[str], project: str, version: str) -> tuple
     Free-threaded builds (cp313t) serve another interpreter and count for nothing here.
     """
     wanted = canonicalize_name(project)
+    try:
+        asked = Version(version)
+    except InvalidVersion:
+        return ()
     entries: set[str] = set()
     for filename in filenames:
-        parts = filename[:-4].split("-") if filename.endswith(".whl") else []
-        if len(parts) not in (5, 6) or canonicalize_name(parts[0]) != wanted or not _same_version(parts[1], version):
+        parsed = parse_wheel(filename)
+        if parsed is None or parsed[0] != wanted or parsed[1] != asked:
             continue
-        pythons, abis, platforms = parts[-3], parts[-2], parts[-1]
-        if not any(_PLATFORM.fullmatch(platform) for platform in platforms.split(".")):
-            continue
-        for python in pythons.split("."):
-            entry = _entry(python, abis.split("."))
+        for tag in parsed[2]:
+            entry = _entry(tag.interpreter, [tag.abi]) if _PLATFORM.fullmatch(tag.platform) else None
             if entry:
                 entries.add(entry)
     return tuple(sorted(entries, key=_entry_key))
 
 
-def _same_version(text: str, version: str) -> bool:
+def parse_wheel(filename: str) -> tuple[str, Version, frozenset[Tag]] | None:
+    """(normalized project, version, tags) of a wheel file name, or None for what is not one. packaging's
+    parser, so a build tag (`torchvision-0.24.0-1-cp311-cp311-manylinux_2_28_x86_64.whl`) and compressed tag sets
+    (`cp311.cp312`) read like any other name. Names are bounded first: an index page is not trusted."""
+    if len(filename) > MAX_WHEEL_NAME or not filename.endswith(".whl"):
+        return None
     try:
-        return Version(text) == Version(version)
-    except InvalidVersion:
-        return False
+        name, version, _, tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    return name, version, tags
 
 
 def _entry(python: str, abis: list[str]) -> str | None:
@@ -140,7 +150,7 @@ def load(path: Path) -> WheelIndex | None:
                            hint=f"regenerate it with `./build.py update --write`, or delete {WHEELS_FILE}")
 
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=userfiles.bounded_int)
     except ValueError as error:
         raise bad(f"not JSON: {error}") from None
     except RecursionError:  # `[[[[...` deeper than the parser recurses

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 import zstandard
 
-from ... import diskio
+from ... import diskio, userfiles
 from ...model.target import Target
 from ...names import VENV
 from ..engine.images import ChunkReader
@@ -123,7 +123,8 @@ def scan_saved_image(chunks: Iterable[bytes], ca_bundle: bytes | None) -> LayerS
 
 def scan_image_layers(chunks: Iterable[bytes], ca_bundle: Path | None) -> LayerScan:
     """`scan_saved_image` against the site's CA bundle file (None: no bundle configured)."""
-    return scan_saved_image(chunks, ca_bundle.read_bytes() if ca_bundle else None)
+    bundle = userfiles.read_bytes(ca_bundle, limit=userfiles.CA_LIMIT) if ca_bundle else None  # the site's file
+    return scan_saved_image(chunks, bundle)
 
 
 class BackgroundLayerScan:

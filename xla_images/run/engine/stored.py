@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from ... import diskio
+from ... import diskio, userfiles
 from ...cache import cache_dir
 from ...errors import Failure, XlaImagesError
 from ...model.registry import INDEX_TYPES, MANIFEST_LIMIT
@@ -54,8 +54,9 @@ def _note_path(image_id: str) -> Path:
 
 def _remembered(image_id: str) -> list[str] | None:
     try:
-        layers = json.loads(_note_path(image_id).read_text(encoding="utf-8")[:1 << 20])["layers"]
-    except (OSError, ValueError, KeyError, TypeError):
+        # Read bounded (a note is a few KiB): cutting a whole read at 1 MiB still read a huge file whole.
+        layers = json.loads(userfiles.read_text(_note_path(image_id), limit=1 << 20))["layers"]
+    except (XlaImagesError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return [str(item) for item in layers] if isinstance(layers, list) and layers else None
 

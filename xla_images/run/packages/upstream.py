@@ -108,13 +108,14 @@ def plan_update(matrix_path: Path, site: Site, releases: tuple[str, ...] = (), i
                  for version in sorted(yanked, key=Version) if _newer_than(version, known) and not releases]
     wanted = _wanted(files["torch-xla"], known, releases, index.url, yanked)
     wanted = _without_jumps(wanted, known, bool(releases), allow, warnings)
-    facts, memo = [], {}
+    facts, memo, recorded = [], {}, _recorded_companions(flavours)
     for version in wanted:
         progress(f"torch_xla {version}: reading its wheel's METADATA")
-        facts.append(release_facts(index, version, files, defaults["pythons"], memo))
+        facts.append(release_facts(index, version, files, defaults["pythons"], memo, recorded))
     decisions = [decide_update.decide(item, defaults["pythons"], defaults["accelerators"]) for item in facts]
     edit = decide_update.edit_matrix(before, shown, decisions)
-    text, filled = _fill_companions(edit.text, shown, index, files, defaults["pythons"], memo, warnings, progress)
+    text, filled = _fill_companions(edit.text, shown, index, files, defaults["pythons"], memo, warnings, progress,
+                                    recorded)
     edit = decide_update.Edit(text, edit.added)
     cache = _cache(without_credentials(index.url), edit.text, shown, files)
     decide_update.validate(edit.text, shown, site, cache)
@@ -130,7 +131,13 @@ def write_update(result: UpdateResult) -> list[Path]:
 
     Both are the user's committed files: each keeps its mode, and a symlinked one stays a link whose target is
     rewritten (diskio.replace_in_place). Returns the paths as the user named them.
+
+    A matrix linked into another folder is refused before anything is written (`disk-outside`): the wheel cache
+    and the Dockerfiles `update --write` renders belong beside the matrix file itself (where validation reads
+    them), and that would be outside the folder the user named (issue 41: a checkout whose matrix.yaml linked
+    to a shared one got Dockerfiles/ and matrix.wheels.json written beside the shared file).
     """
+    _refuse_a_matrix_linked_elsewhere(result.matrix_path)
     written = []
     if result.after != result.before:
         diskio.replace_in_place(result.matrix_path, result.after, "the matrix")
@@ -141,9 +148,22 @@ def write_update(result: UpdateResult) -> list[Path]:
     return written
 
 
+def _refuse_a_matrix_linked_elsewhere(matrix_path: Path) -> None:
+    if not matrix_path.is_symlink():
+        return
+    target = userfiles.resolve_path(matrix_path)
+    if target.parent == userfiles.resolve_path(matrix_path.parent):
+        return  # matrix.yaml -> matrix.prod.yaml: the derived files land in the same folder
+    raise ConfigError(f"{matrix_path} is a link to {target}: `update --write` would rewrite it and write "
+                      f"{wheel_index.WHEELS_FILE} and Dockerfiles/ beside it, outside {matrix_path.parent}",
+                      location=Location(str(matrix_path)), rule="disk-outside",
+                      hint=f"run update --write with --matrix {target} in that folder, or copy the file here "
+                           "instead of linking it")
+
+
 def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
-                  pythons: tuple[str, ...] = DEFAULT_PYTHONS, memo: dict[str, str | None] | None = None
-                  ) -> ReleaseFacts:
+                  pythons: tuple[str, ...] = DEFAULT_PYTHONS, memo: dict[str, str | None] | None = None,
+                  recorded: dict[str, str] | None = None) -> ReleaseFacts:
     """The facts of torch_xla `version` from the index's files and one of its wheels. `pythons`: those the
     matrix builds; the wheel's markers are evaluated for the ones torch_xla has wheels for (not this host's)."""
     names = {project: [file.filename for file in found] for project, found in files.items()}
@@ -165,7 +185,7 @@ def release_facts(index: Index, version: str, files: dict[str, list[IndexFile]],
         wheels["libtpu"] = wheel_index.wheel_pythons(names["libtpu"], "libtpu", libtpu)
         if not wheels["libtpu"]:
             notes.append(f"libtpu {libtpu} (the tpu extra's pin) has no x86_64 Linux wheel on the index")
-    companions = companion_versions(index, torch, files, pythons, {} if memo is None else memo)
+    companions = companion_versions(index, torch, files, pythons, {} if memo is None else memo, notes, recorded)
     notes += [f"no {name} on the index pins torch {torch}: none recorded" for name in COMPANIONS
               if name not in companions and files.get(name)]
     return ReleaseFacts(version, torch, libtpu, wheels, commits.get("xla", ""), commits.get("torch", ""),
@@ -184,15 +204,19 @@ def _companion_files(index: Index, name: str, warnings: list[str]) -> list[Index
 
 
 def companion_versions(index: Index, torch: str, files: dict[str, list[IndexFile]], pythons: tuple[str, ...],
-                       memo: dict[str, str | None]) -> dict[str, str]:
+                       memo: dict[str, str | None], skipped: list[str] | None = None,
+                       recorded: dict[str, str] | None = None) -> dict[str, str]:
     """Companion -> its newest release whose METADATA pins `torch` exactly (absent when none does).
 
-    `memo`: wheel URL -> the torch it pins (None: no exact pin), so one update reads each wheel once.
+    `memo`: wheel URL -> the torch it pins (None: no exact pin), so one update reads each wheel once. Under
+    torch_xla's rules: `files` holds no yanked file (plan_update drops them), and a release that skips more than
+    a minor release after the newest the matrix records (`recorded`; 0.24.0 -> 9999.0.0) is never taken;
+    `skipped` gets a line for each.
     """
     found = {}
     for name in COMPANIONS:
         names = [file.filename for file in files.get(name, [])]
-        for version in sorted(_release_versions(names), key=Version, reverse=True)[:MAX_COMPANION_READS]:
+        for version in _plausible(name, _release_versions(names), recorded or {}, skipped)[:MAX_COMPANION_READS]:
             wheel = _a_wheel(files[name], version, name)
             if wheel.url not in memo:
                 text = index.wheel_member(wheel, _is_metadata)
@@ -209,9 +233,35 @@ def companion_versions(index: Index, torch: str, files: dict[str, list[IndexFile
     return found
 
 
+def _plausible(name: str, versions: set[str], recorded: dict[str, str], skipped: list[str] | None) -> list[str]:
+    """`versions` newest first, without those newer than the matrix's newest of `name` that skip more than a
+    minor release after it (0.24.0 -> 9999.0.0): as for torch_xla, a made-up or mistyped version on an index must
+    not become a recorded companion (issue 41). With none recorded, nothing to compare with (as for torch_xla)."""
+    newest = Version(recorded[name]) if name in recorded else None
+    kept = []
+    for version in sorted(versions, key=Version, reverse=True):
+        if newest is not None and Version(version) > newest and _jumps(newest, Version(version)):
+            if skipped is not None:
+                skipped.append(f"{name} {version} skips more than a minor release after {newest}: not recorded")
+            continue
+        kept.append(version)
+    return kept
+
+
+def _recorded_companions(flavours: list) -> dict[str, str]:
+    """Companion -> the newest version any release of the matrix records."""
+    newest: dict[str, str] = {}
+    for flavour in flavours:
+        for name, version in flavour.companion_versions:
+            if name not in newest or Version(version) > Version(newest[name]):
+                newest[name] = version
+    return newest
+
+
 def _fill_companions(text: str, shown: str, index: Index, files: dict[str, list[IndexFile]],
                      pythons: tuple[str, ...], memo: dict[str, str | None], warnings: list[str],
-                     progress: Callable[[str], None]) -> tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+                     progress: Callable[[str], None], recorded: dict[str, str]
+                     ) -> tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
     """`text` with the companion versions each release (not a nightly) lacks added, and what was added."""
     releases = yamlsrc.loads(text, shown).data.get("releases")
     filled = []
@@ -220,7 +270,7 @@ def _fill_companions(text: str, shown: str, index: Index, files: dict[str, list[
                 or not isinstance(settings.get("torch"), str) or all(name in settings for name in COMPANIONS):
             continue
         progress(f"torch_xla {version}: reading the companions of torch {settings['torch']}")
-        versions = companion_versions(index, settings["torch"], files, pythons, memo)
+        versions = companion_versions(index, settings["torch"], files, pythons, memo, warnings, recorded)
         added = decide_update.companion_settings({name: value for name, value in versions.items()
                                                   if name not in settings})
         if not added:
@@ -337,13 +387,10 @@ def _release_versions(filenames: list[str]) -> set[str]:
     """Versions with an x86_64 Linux wheel that are plain releases (no pre-release, dev or local label)."""
     found = set()
     for filename in filenames:
-        parts = filename[:-4].split("-") if filename.endswith(".whl") else []
-        if len(parts) not in (5, 6) or not any(_WHEEL_PLATFORM.fullmatch(p) for p in parts[-1].split(".")):
+        parsed = wheel_index.parse_wheel(filename)
+        if parsed is None or not _x86_64_linux(parsed[2]):
             continue
-        try:
-            version = Version(parts[1])
-        except InvalidVersion:
-            continue
+        version = parsed[1]
         if not (version.is_prerelease or version.is_devrelease or version.local) \
                 and matrix.RELEASE_VERSION.fullmatch(str(version)) and len(version.release) == 3:
             found.add(str(version))
@@ -400,10 +447,16 @@ def _jumps(previous: Version, current: Version) -> bool:
     return new_major != major + 1 or new_minor > 0
 
 
+def _x86_64_linux(tags: frozenset) -> bool:
+    return any(_WHEEL_PLATFORM.fullmatch(tag.platform) for tag in tags)
+
+
 def _a_wheel(files: list[IndexFile], version: str, project: str = "torch_xla") -> IndexFile:
+    """An x86_64 Linux wheel of `version` to read (build-tagged names too: `torchvision-0.24.0-1-cp311-...`)."""
+    wanted = Version(version)
     for file in files:
-        parts = file.filename[:-4].split("-") if file.filename.endswith(".whl") else []
-        if len(parts) == 5 and parts[1] == version and _WHEEL_PLATFORM.fullmatch(parts[-1].split(".")[0]):
+        parsed = wheel_index.parse_wheel(file.filename)
+        if parsed is not None and parsed[1] == wanted and _x86_64_linux(parsed[2]):
             return file
     raise Failure(f"{project} {version} has no x86_64 Linux wheel to read", rule="update-facts")
 
