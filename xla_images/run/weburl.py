@@ -40,7 +40,7 @@ _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
 _QUAD = re.compile(r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}")
 _USERINFO = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:%-]*")
-_PORT = re.compile(r"[0-9]{1,5}")
+_PORT = re.compile(r"[0-9]{1,10}")  # leading zeros: both parsers read them as int() does
 
 Origin = tuple[str, str, int]
 
@@ -177,4 +177,7 @@ def send(session: requests.Session, method: str, url: WebUrl, *, who: str, **kwa
     prepared = requests.Request(method, url.text, params=kwargs.get("params")).prepare()
     if connects_to(str(prepared.url)) != (url.host, url.port):
         raise refusal(who, "a URL the HTTP library reads as another host")
-    return session.request(method, url.text, allow_redirects=False, **kwargs)
+    try:
+        return session.request(method, url.text, allow_redirects=False, **kwargs)
+    except UnicodeDecodeError:  # requests decodes a redirect's Location as UTF-8 even when it does not follow it
+        raise refusal(who, "a character outside ASCII") from None
