@@ -78,7 +78,7 @@ class WebUrl:
     def join(self, reference: str, *, who: str) -> "WebUrl":
         """The URL `reference` (a Location: absolute, `//host/...`, `/path` or relative) names from this one;
         refused when the reference's own text is ambiguous, whatever joining would make of it."""
-        _check_text(reference, who)
+        check_text(reference, who)
         return parse(urljoin(self.text, reference), who=who)
 
 
@@ -100,7 +100,7 @@ def parse(text: str, *, who: str) -> WebUrl:
 def parse_with_userinfo(text: str, *, who: str) -> tuple[WebUrl, tuple[str, str] | None]:
     """`parse`, taking a `user:password@` part apart (a configured index URL carries its credentials so): the
     URL without it, and the (user, password) pair, or None."""
-    _check_text(text, who)
+    check_text(text, who)
     match = _ABSOLUTE.fullmatch(text)
     if match is None:
         raise refusal(who, "not an absolute URL")
@@ -121,20 +121,23 @@ def parse_with_userinfo(text: str, *, who: str) -> tuple[WebUrl, tuple[str, str]
     return WebUrl(scheme, host, port, target), credentials
 
 
-def _check_text(text: str, who: str) -> None:
+def check_text(text: str, who: str) -> None:
+    """Refuse a URL or reference whose text holds what parsers read differently (before any joining)."""
     if not isinstance(text, str) or not text:
         raise refusal(who, "an empty URL")
     if _VISIBLE.fullmatch(text) is None:
         bad = next(char for char in text if not _VISIBLE.fullmatch(char))
-        reason = ("a backslash" if bad == "\\" else "a character outside ASCII" if ord(bad) > 0x7E
+        reason = ("a backslash" if bad == "\\" else "a character outside ASCII" if ord(bad) > 0x7F
                   else "whitespace or a control character")
         raise refusal(who, reason)
 
 
 def _host_and_port(hostport: str, scheme: str, who: str) -> tuple[str, int]:
     if hostport.startswith("["):
-        address, _, rest = hostport[1:].partition("]")
+        address, bracket, rest = hostport[1:].partition("]")
         try:
+            if not bracket or "%" in address:  # `[::1` unclosed; a zone id (`%25eth0`) IPv6Address would take
+                raise ValueError(address)
             host = f"[{ipaddress.IPv6Address(address).compressed}]"
         except ValueError:  # a zone id (`%25eth0`), an IPv4 in brackets, garbage
             raise refusal(who, "a bracketed host that is not a plain IPv6 address") from None

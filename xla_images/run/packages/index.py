@@ -268,6 +268,11 @@ class Index:
         return response
 
 
+    def _configured(self, who: str) -> tuple[weburl.Origin, tuple[str, str] | None]:
+        """The configured index URL's origin and user:password: the only credentials a URL here may carry."""
+        url, auth = weburl.parse_with_userinfo(self.url, who=who)
+        return url.origin, auth
+
     def _follow(self, url: str, headers: dict[str, str]) -> requests.Response:
         """GET `url`, redirects followed here, not by requests (whose should_strip_auth read a Location with
         urlparse while urllib3 connected elsewhere): each hop is one strict WebUrl (run.weburl), refused under
@@ -275,6 +280,8 @@ class Index:
         first URL's origin only, never past a hop that leaves it."""
         who = f"the index {_host(self.url)}"
         current, auth = weburl.parse_with_userinfo(url, who=who)
+        if auth is not None and (current.origin, auth) != self._configured(who):
+            raise weburl.refusal(who, "a user:password@ part the index URL does not hold")
         start = current
         for hops in range(MAX_REDIRECTS + 1):
             response = weburl.send(self.session, "GET", current, who=who, headers=headers, auth=auth,
@@ -410,6 +417,9 @@ def _html_files(body: bytes, page: str) -> list[IndexFile]:
 def _file(filename: str, url: str, page: str, size: int | None, yanked: bool = False) -> IndexFile:
     if len(filename) > 400 or "/" in filename or any(ord(char) < 32 for char in filename):
         raise Failure(f"{page} lists a file named {shown_value(filename)}", location=page, rule="index-answer")
+    # The link's own text first: urljoin silently drops a tab or newline (and keeps a backslash) that another
+    # parser reads otherwise (run.weburl).
+    weburl.check_text(url, f"the index page {_host(page)}")
     absolute = urllib.parse.urljoin(page, url).split("#")[0]
     return IndexFile(urllib.parse.unquote(filename), absolute, size, yanked)
 
