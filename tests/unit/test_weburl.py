@@ -87,7 +87,8 @@ def test_a_location_is_joined_after_its_own_text_is_checked() -> None:
     base = weburl.parse("http://127.0.0.1:5000/v2/repo/blobs/uploads/", who=WHO)
     assert base.join("u1?state=a", who=WHO).text == "http://127.0.0.1:5000/v2/repo/blobs/uploads/u1?state=a"
     assert base.join("//127.0.0.2:9/x", who=WHO).origin == ("http", "127.0.0.2", 9)
-    for reference in ("\\\\127.0.0.2/x", "/\\127.0.0.2/x", "http://127.0.0.2:9\\@127.0.0.1:5000/x"):
+    for reference in ("\\\\127.0.0.2/x", "/\\127.0.0.2/x", "http://127.0.0.2:9\\@127.0.0.1:5000/x", "http://[::1",
+                      "https://[zz]/x"):
         with pytest.raises(Failure) as caught:
             base.join(reference, who=WHO)
         assert caught.value.rule == "url-ambiguous"

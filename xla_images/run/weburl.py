@@ -79,7 +79,11 @@ class WebUrl:
         """The URL `reference` (a Location: absolute, `//host/...`, `/path` or relative) names from this one;
         refused when the reference's own text is ambiguous, whatever joining would make of it."""
         check_text(reference, who)
-        return parse(urljoin(self.text, reference), who=who)
+        try:
+            joined = urljoin(self.text, reference)
+        except ValueError:  # urlsplit's own refusal: `http://[::1`, `https://[zz]/x`
+            raise refusal(who, "a bracketed host that is not a plain IPv6 address") from None
+        return parse(joined, who=who)
 
 
 def refusal(who: str, reason: str) -> Failure:
@@ -184,3 +188,7 @@ def send(session: requests.Session, method: str, url: WebUrl, *, who: str, **kwa
         return session.request(method, url.text, allow_redirects=False, **kwargs)
     except UnicodeDecodeError:  # requests decodes a redirect's Location as UTF-8 even when it does not follow it
         raise refusal(who, "a character outside ASCII") from None
+    except ValueError as error:  # ... and prepares it (Response.next): `http://[::1`, `https://[zz]/x` fail there
+        if isinstance(error, requests.RequestException):  # InvalidURL and the like: the caller classifies them
+            raise
+        raise refusal(who, "a bracketed host that is not a plain IPv6 address") from None
