@@ -609,3 +609,21 @@ def test_a_refused_registry_answer_is_exit_1_with_one_line_naming_the_rule(hosts
     assert [line for line in result.stderr.splitlines() if "[url-ambiguous]" in line], result.stderr
     assert SECRET not in result.stdout + result.stderr and BASIC not in result.stdout + result.stderr
     assert other.seen == [] and realm.leaks() and registry.leaks()
+
+
+@pytest.mark.parametrize("template", ["http://{other}\\@{realm}/token", "http://{other} @{realm}/token",
+                                      "http://{realm}@{other}/token", "http://2130706434:{otherport}/token"],
+                         ids=["backslash", "space", "userinfo", "integer-ip"])
+def test_a_token_realm_that_could_name_two_hosts_is_never_asked(template: str, hosts: Callable[..., Host],
+                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The realm the registry's own challenge names gets the basic credentials (rule 2): only when it is read
+    one way. Otherwise the challenge is refused before the token request, and no host gets the password."""
+    realm, other = hosts("127.0.0.3", token_service), hosts("127.0.0.2", token_service)
+    named = template.format(other=other.host, realm=realm.host, otherport=other.httpd.server_address[1])
+    quoted = named.replace("\\", "\\\\")  # a quoted-string's escape: the challenge's realm holds one backslash
+    registry = hosts("127.0.0.1", lambda seen: (401, {"WWW-Authenticate": f'Bearer realm="{quoted}"'}, b""))
+    use_source("environment", registry.host, tmp_path, monkeypatch)
+    with pytest.raises(Failure) as caught:
+        connect(registry).check_reachable()
+    assert caught.value.rule == "url-ambiguous" and SECRET not in caught.value.render()
+    assert other.seen == [] and realm.seen == []
