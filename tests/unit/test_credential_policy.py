@@ -456,7 +456,8 @@ def test_a_docker_config_that_is_not_a_directory_is_one_warning(tmp_path: Path,
 @dataclass(frozen=True)
 class Form:
     id: str
-    # {own}, {ownaddress}, {ownport}: the host whose answer the URL is (the registry; its token service for a realm's redirect);
+    # {own}, {ownaddress}, {ownport}: the host whose answer the URL is (the registry; its token service for a
+    # realm's redirect);
     # {other}, {otherport}, {otherint}: 127.0.0.2; {other6}: [::1]
     template: str
     lands: str  # "refused" (before any connection), "own", "other" or "other6"
@@ -500,7 +501,8 @@ class Tricky:
 
     def text(self, form: Form, vehicle: str) -> str:
         own = self.own(vehicle)
-        return form.template.format(own=own.host, ownaddress=own.address, ownport=own.httpd.server_address[1], other=self.other.host,
+        return form.template.format(own=own.host, ownaddress=own.address, ownport=own.httpd.server_address[1],
+                                    other=self.other.host,
                                     otherport=self.other.httpd.server_address[1], otherint=0x7F000002,
                                     other6=self.other6.host)
 
@@ -614,8 +616,8 @@ def test_a_refused_registry_answer_is_exit_1_with_one_line_naming_the_rule(hosts
 @pytest.mark.parametrize("template", ["http://{other}\\@{realm}/token", "http://{other} @{realm}/token",
                                       "http://{realm}@{other}/token", "http://2130706434:{otherport}/token"],
                          ids=["backslash", "space", "userinfo", "integer-ip"])
-def test_a_token_realm_that_could_name_two_hosts_is_never_asked(template: str, hosts: Callable[..., Host],
-                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_token_realm_that_could_name_two_hosts_is_never_asked(
+        template: str, hosts: Callable[..., Host], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The realm the registry's own challenge names gets the basic credentials (rule 2): only when it is read
     one way. Otherwise the challenge is refused before the token request, and no host gets the password."""
     realm, other = hosts("127.0.0.3", token_service), hosts("127.0.0.2", token_service)

@@ -38,7 +38,8 @@ _ABSOLUTE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<authority>[^/
 # A DNS name's labels (docker's hosts may hold `_`: compose service names); an optional final dot.
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
-_QUAD = re.compile(r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}")
+_BYTE = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # decimal, no leading zero
+_QUAD = re.compile(rf"{_BYTE}(?:\.{_BYTE}){{3}}")
 _USERINFO = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:%-]*")
 _PORT = re.compile(r"[0-9]{1,10}")  # leading zeros: both parsers read them as int() does
 
@@ -119,10 +120,8 @@ def parse_with_userinfo(text: str, *, who: str) -> tuple[WebUrl, tuple[str, str]
         user, _, password = userinfo.partition(":")
         credentials = (unquote(user), unquote(password))
     host, port = _host_and_port(hostport, scheme, who)
-    target = (match["path"] or "/") + (match["query"] or "")
-    if not target.startswith("/"):
-        raise refusal(who, "a path that does not start with /")
-    return WebUrl(scheme, host, port, target), credentials
+    # The path starts with "/" or is empty (the authority ends at the first "/", "?" or "#").
+    return WebUrl(scheme, host, port, (match["path"] or "/") + (match["query"] or "")), credentials
 
 
 def check_text(text: str, who: str) -> None:
