@@ -204,6 +204,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("registry-digest", "a registry answered content of another digest than the one asked for", VERIFIED, "check the registry (or the proxy before it); never trust its answer"),
     Rule("registry-redirect", "a redirect led a registry request to another host that asked for credentials", CREDENTIALS, "let the registry redirect to storage that needs no credentials (a signed URL), or push to the storage host's own registry"),
     Rule("registry-slow", "a registry did not answer within its deadline", VERIFIED, "retry later, or check the registry (and any proxy before it)"),
+    Rule("url-ambiguous", "a server answered a URL (redirect, upload Location, token realm, index link) whose host parsers read differently: refused before any request", CREDENTIALS, "the server (or a proxy before it) must answer plain http(s)://HOST[:PORT]/PATH; no credential follows any other"),
     Rule("registry-too-many-tags", "a repository lists more tags than the toolkit reads", VERIFIED, "prune the repository, or keep nightlies in a repository of their own"),
     Rule("registry-answer", "a registry answered outside the distribution API", REGISTRIES, "check the registry (or the proxy before it)"),
     Rule("registry-auth", "a registry refused the credentials tried", REGISTRIES, "docker login HOST, or XLA_IMAGES_REGISTRY_USER/PASSWORD"),

@@ -29,7 +29,7 @@ import warnings
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -420,10 +420,14 @@ class Client:
 class RedirectingFront:
     """A plain-http front on 127.0.0.1 for a real TLS registry (the registry the toolkit is told to use): every
     request goes through to the registry as it came, Authorization and all, except a blob GET, answered with a
-    307 to `storage` — another host, as a registry whose storage serves blobs behind signed URLs does."""
+    307 to `storage` — another host, as a registry whose storage serves blobs behind signed URLs does.
+    `blob_location(digest)`, when set, is the Location of that 307 instead; `upload_location(location)`, when set,
+    rewrites the Location of the registry's upload answers (a misbehaving registry or proxy)."""
 
     def __init__(self, upstream: str, ca: Path, storage: "RecordingStorage") -> None:
         self.seen_authorization = 0
+        self.blob_location: Callable[[str], str] | None = None
+        self.upload_location: Callable[[str], str] | None = None
         session = requests.Session()
         session.trust_env = False
         session.verify = str(ca)
@@ -439,7 +443,9 @@ class RedirectingFront:
                 path = urlsplit(self.path).path
                 if self.command == "GET" and "/blobs/sha256:" in path:
                     digest = path.rsplit("/", 1)[1]
-                    return self._reply(307, {"Location": f"{storage.url}/blobs/{digest}?signature=public"}, b"")
+                    location = (front.blob_location(digest) if front.blob_location
+                                else f"{storage.url}/blobs/{digest}?signature=public")
+                    return self._reply(307, {"Location": location}, b"")
                 length = int(self.headers.get("Content-Length") or 0)
                 headers = {key: value for key, value in self.headers.items()
                            if key.lower() not in ("host", "content-length", "connection")}
@@ -449,6 +455,8 @@ class RedirectingFront:
                 passed = {key: value for key, value in answer.headers.items()
                           if key.lower() in ("www-authenticate", "docker-content-digest", "content-type",
                                              "location", "docker-distribution-api-version")}
+                if "/blobs/uploads/" in path and "Location" in passed and front.upload_location:
+                    passed["Location"] = front.upload_location(passed["Location"])
                 self._reply(answer.status_code, passed, answer.content)
 
             def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
@@ -493,12 +501,19 @@ class RecordingStorage:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                if self.command != "GET":  # a request only a misdirected upload would send: recorded, refused
+                    self.send_response(405)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 digest = urlsplit(self.path).path.rsplit("/", 1)[1]
                 blob = reader.get(f"{base}/v2/{repository}/blobs/{digest}", timeout=30)
                 self.send_response(blob.status_code)
                 self.send_header("Content-Length", str(len(blob.content)))
                 self.end_headers()
                 self.wfile.write(blob.content)
+
+            do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
         self.httpd = ThreadingHTTPServer((address, 0), Handler)
         self.url = f"http://{address}:{self.httpd.server_address[1]}"

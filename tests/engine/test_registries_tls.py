@@ -399,3 +399,41 @@ def test_promote_reads_blobs_redirected_to_another_host_without_sending_it_a_cre
         front.stop()
         storage.stop()
         foreign_realm.stop()
+
+
+def test_a_location_that_could_name_two_hosts_is_refused_and_that_host_gets_nothing(
+        pki: support.Pki, staging: support.TlsRegistry, production: support.TlsRegistry, tmp_path: Path) -> None:
+    """Issue 41 on the real htpasswd + TLS registry: its front answers a blob read's redirect, then an upload's
+    Location, with `http://STORAGE\\@FRONT/...` (urlsplit reads the front, the registry's own origin; urllib3
+    connects to the storage host before the backslash). Promote from it and promote to it each stop with one
+    `[url-ambiguous]` line before any request: the storage host (127.0.0.2) was sent nothing at all, while the
+    front got the credentials. The code before this sent the storage host the registry's Basic credentials."""
+    project = make_project(tmp_path / "project")
+    repository = "ambiguous"
+    reader = stage_session(staging, pki)
+    put_image(reader, f"https://{staging.host}", repository, project.flavour.tags)
+    storage = support.RecordingStorage(reader, f"https://{staging.host}", repository)
+    front = support.RedirectingFront(staging.host, pki.ca, storage)
+    storage_host = storage.url.removeprefix("http://")
+    try:
+        client = support.Client(project, tmp_path, pki, "certs.d")
+        client.login("auths", front.host, STAGE_USER, STAGE_PASSWORD)
+        client.login("auths", staging.host, STAGE_USER, STAGE_PASSWORD)
+        client.login("credHelpers", production.host, PROD_USER, PROD_PASSWORD)
+        front.blob_location = lambda digest: f"http://{storage_host}\\@{front.host}/v2/{repository}/blobs/{digest}"
+        refused = client("promote", project.flavour.tag, "--from", f"{front.host}/{repository}",
+                         "--to", f"{production.host}/from-ambiguous", expect=1)
+        front.blob_location = None
+        front.upload_location = lambda location: (f"http://{storage_host}\\@{front.host}"
+                                                  + location.split(staging.host, 1)[-1])
+        refused_upload = client("promote", project.flavour.tag, "--from", f"{staging.host}/{repository}",
+                                "--to", f"{front.host}/to-ambiguous", expect=1)
+        for result in (refused, refused_upload):
+            lines = [line for line in result.stderr.splitlines() if "[url-ambiguous]" in line]
+            assert len(lines) == 1 and "backslash" in lines[0], result.stderr
+        assert storage.headers == []  # no request at all, so no credential
+        assert front.seen_authorization > 0  # the credentials were in play: the registry itself got them
+        assert_no_secret(client, project.root)
+    finally:
+        front.stop()
+        storage.stop()

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -56,6 +57,10 @@ class Seen:
     body: bytes
 
 
+class V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 @dataclass
 class Host:
     """A real HTTP server on 127.0.0.N that records each request and answers with `route`."""
@@ -87,14 +92,16 @@ class Host:
 
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
-        self.httpd = ThreadingHTTPServer((self.address, 0), Handler)
+        server = V6Server if ":" in self.address else ThreadingHTTPServer
+        self.httpd = server((self.address, 0), Handler)
         self.httpd.timeout = 10
         threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     @property
     def host(self) -> str:
-        return f"{self.address}:{self.httpd.server_address[1]}"
+        address = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{address}:{self.httpd.server_address[1]}"
 
     @property
     def url(self) -> str:
@@ -437,3 +444,188 @@ def test_a_docker_config_that_is_not_a_directory_is_one_warning(tmp_path: Path,
     assert creds.load_credentials("h.example", env) is None
     err = capsys.readouterr().err
     assert err.count("warning:") == 1 and "is not a directory" in err and str(not_a_directory) in err
+
+
+# --- one URL, one host (issue 41): each tricky form, on real sockets ------------------------------------------
+#
+# A registry (127.0.0.1) answers a redirect, an upload Location, or its token service (127.0.0.3) a redirect, with
+# one URL form; 127.0.0.2 and [::1] are other hosts that record everything. Whatever the form, the host that
+# gets the request is the host the policy judged: the registry with its token, another host with no credential
+# at all, or nobody, the URL refused (`url-ambiguous`) before any connection.
+
+@dataclass(frozen=True)
+class Form:
+    id: str
+    # {own}, {ownaddress}, {ownport}: the host whose answer the URL is (the registry; its token service for a
+    # realm's redirect);
+    # {other}, {otherport}, {otherint}: 127.0.0.2; {other6}: [::1]
+    template: str
+    lands: str  # "refused" (before any connection), "own", "other" or "other6"
+
+
+FORMS = (
+    Form("backslash-in-authority", "http://{other}\\@{own}/landed", "refused"),
+    Form("backslash-network-path", "\\\\{other}/landed", "refused"),
+    Form("backslash-in-path", "/\\{other}/landed", "refused"),
+    Form("percent-5c-userinfo", "http://{other}%5C@{own}/landed", "refused"),
+    Form("tab", "http://{other}\t@{own}/landed", "refused"),
+    Form("space", "http://{other} @{own}/landed", "refused"),
+    Form("raw-non-ascii", "http://{other}\u00e9@{own}/landed", "refused"),
+    Form("userinfo", "http://user:pw@{own}/landed", "refused"),
+    Form("at-registry-then-other", "http://{own}@{other}/landed", "refused"),
+    Form("two-ats", "http://a@{own}@{other}/landed", "refused"),
+    Form("integer-ip", "http://{otherint}:{otherport}/landed", "refused"),
+    Form("short-ip", "http://127.2:{otherport}/landed", "refused"),
+    Form("octal-ip", "http://0177.0.0.2:{otherport}/landed", "refused"),
+    Form("trailing-dot-ip", "http://{ownaddress}.:{ownport}/landed", "refused"),
+    Form("zone-id", "http://[::1%25lo]:{otherport}/landed", "refused"),
+    Form("fragment-then-at", "http://{other}#@{own}/landed", "other"),
+    Form("query-then-at", "http://{other}?@{own}/landed", "other"),
+    Form("network-path", "//{other}/landed", "other"),
+    Form("ipv6-loopback", "http://{other6}/landed", "other6"),
+    Form("scheme-upper-case", "HTTP://{own}/landed", "own"),
+    Form("port-leading-zero", "http://{ownaddress}:0{ownport}/landed", "own"),
+    Form("absolute-path", "/landed?x=1#frag", "own"),
+)
+
+
+@dataclass
+class Tricky:
+    registry: Host
+    realm: Host
+    other: Host
+    other6: Host
+
+    def own(self, vehicle: str) -> Host:
+        return self.realm if vehicle == "token-realm-redirect" else self.registry
+
+    def text(self, form: Form, vehicle: str) -> str:
+        own = self.own(vehicle)
+        return form.template.format(own=own.host, ownaddress=own.address, ownport=own.httpd.server_address[1],
+                                    other=self.other.host,
+                                    otherport=self.other.httpd.server_address[1], otherint=0x7F000002,
+                                    other6=self.other6.host)
+
+    def landed(self, form: Form, vehicle: str) -> list[Seen]:
+        """The requests the form's URL brought to the host it names (to the other hosts: any request at all)."""
+        if form.lands == "own":
+            return [seen for seen in self.own(vehicle).seen if seen.path.startswith("/landed")]
+        return self.other6.seen if form.lands == "other6" else self.other.seen
+
+
+def tricky_registry(realm: str, location: str) -> Callable[[Seen], Answer]:
+    """Token auth; reads, tag lists and uploads all sent to `location`; `/landed` served as storage would."""
+    def route(seen: Seen) -> Answer:
+        if seen.path.startswith("/landed"):
+            return serving(seen)
+        if seen.headers.get("authorization") != f"Bearer {ISSUED}":
+            return 401, {"WWW-Authenticate": f'Bearer realm="{realm}",service="reg"'}, b""
+        if "/blobs/uploads/" in seen.path:
+            return 202, {"Location": location}, b""
+        if seen.method == "HEAD" and "/blobs/" in seen.path:
+            return 404, {}, b""  # promote's destination lacks the blob
+        if seen.path.startswith("/v2/repo"):
+            return 307, {"Location": location}, b""
+        return 200, {}, b"{}"
+    return route
+
+
+def resolve_head(client: registries.RegistryClient) -> None:
+    client.manifest_digest("latest")  # resolve's re-verification, pull's and promote's look-up
+
+
+def pull_get(client: registries.RegistryClient) -> None:
+    client.manifest_bytes("latest")  # pull's and promote's manifest read
+
+
+def prune_tags(client: registries.RegistryClient) -> None:
+    client.tag_digests()  # prune's tag list, then one HEAD per tag
+
+
+def push_upload(client: registries.RegistryClient) -> None:
+    upload_bytes(client, DIGEST, [BLOB], "push")  # the zstd push's and promote's upload: POST, PUT (DELETE)
+
+
+def promote_copy(client: registries.RegistryClient) -> None:
+    source = registries.connect(Registry(client.registry.host, "repo"), named=(client.registry.host,),
+                                retry=NO_WAIT)
+    promote.BlobCopier(source, client).copy(DIGEST, len(BLOB), promote.Transfer())  # mount, GET, PUT, DELETE
+
+
+VEHICLES = {"resolve-redirect": resolve_head, "pull-redirect": pull_get, "prune-redirect": prune_tags,
+            "push-upload-location": push_upload, "promote-blob-copy": promote_copy,
+            "token-realm-redirect": resolve_head}
+
+
+@pytest.mark.parametrize("vehicle", VEHICLES)
+@pytest.mark.parametrize("form", FORMS, ids=[form.id for form in FORMS])
+def test_credentials_reach_only_the_host_the_policy_judged(form: Form, vehicle: str, hosts: Callable[..., Host],
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stage = Tricky(hosts("127.0.0.1"), hosts("127.0.0.3", token_service), hosts("127.0.0.2", serving),
+                   hosts("::1", serving))
+    location = stage.text(form, vehicle)
+    stage.registry.route = tricky_registry(f"{stage.realm.url}/token", location)
+    if vehicle == "token-realm-redirect":
+        stage.realm.route = lambda seen: (307, {"Location": location}, b"")
+    use_source("environment", stage.registry.host, tmp_path, monkeypatch)
+    client = registries.connect(Registry(stage.registry.host, "repo"), registries.DELETE,
+                                named=(stage.registry.host,), retry=NO_WAIT)
+    try:
+        VEHICLES[vehicle](client)
+        failure = None
+    except Failure as caught:
+        failure = caught
+    for other in (stage.other, stage.other6):  # never a credential, whatever the form
+        assert other.authorizations() == [] and other.leaks() == [], (other.address, [s.path for s in other.seen])
+    if form.lands == "refused":
+        assert failure is not None and failure.rule == "url-ambiguous", failure and failure.render()
+        assert stage.other.seen == stage.other6.seen == [] and stage.landed(form, vehicle) == []
+        assert all(secret not in failure.render() for secret in SECRETS) and "\n" not in failure.message
+        return
+    assert failure is None or failure.rule != "url-ambiguous", failure.render()
+    assert stage.landed(form, vehicle), f"the request did not reach {form.lands}"
+    if form.lands == "own":
+        # The policy kept the credential for the answering host's origin, and the connection went there.
+        kept = f"Basic {BASIC}" if vehicle == "token-realm-redirect" else f"Bearer {ISSUED}"
+        assert all(seen.headers.get("authorization") == kept for seen in stage.landed(form, vehicle))
+
+
+def test_a_refused_registry_answer_is_exit_1_with_one_line_naming_the_rule(hosts: Callable[..., Host],
+                                                                          tmp_path: Path) -> None:
+    """`build.py resolve` against a registry whose manifests redirect to `http://OTHER\\@REGISTRY/...`: the
+    environment's password reached the registry's realm only, the other host got no request at all."""
+    realm, other = hosts("127.0.0.3", token_service), hosts("127.0.0.2", serving)
+    registry = hosts("127.0.0.1")
+    registry.route = tricky_registry(f"{realm.url}/token", f"http://{other.host}\\@{registry.host}/landed")
+    flavour = load_plan(ROOT / "matrix.yaml").flavours[0]
+    path = tmp_path / "published.json"
+    publish.record_published(path, [publish.Published(flavour.tag, flavour.tags, f"{registry.host}/repo",
+                                                      DIGEST, {}, flavour.to_json(), "now")])
+    env = {key: value for key, value in os.environ.items() if not key.startswith("XLA_IMAGES_REGISTRY")}
+    env.update({creds.USER_ENV: USER, creds.PASSWORD_ENV: SECRET, "DOCKER_CONFIG": str(tmp_path / "none"),
+                policy.ENVIRONMENT_REGISTRY: f"{registry.host}/repo"})
+    result = subprocess.run([sys.executable, str(ROOT / "build.py"), "resolve", "--published", str(path),
+                             "--matrix", str(ROOT / "matrix.yaml")], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if "[url-ambiguous]" in line], result.stderr
+    assert SECRET not in result.stdout + result.stderr and BASIC not in result.stdout + result.stderr
+    assert other.seen == [] and realm.leaks() and registry.leaks()
+
+
+@pytest.mark.parametrize("template", ["http://{other}\\@{realm}/token", "http://{other} @{realm}/token",
+                                      "http://{realm}@{other}/token", "http://2130706434:{otherport}/token"],
+                         ids=["backslash", "space", "userinfo", "integer-ip"])
+def test_a_token_realm_that_could_name_two_hosts_is_never_asked(
+        template: str, hosts: Callable[..., Host], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The realm the registry's own challenge names gets the basic credentials (rule 2): only when it is read
+    one way. Otherwise the challenge is refused before the token request, and no host gets the password."""
+    realm, other = hosts("127.0.0.3", token_service), hosts("127.0.0.2", token_service)
+    named = template.format(other=other.host, realm=realm.host, otherport=other.httpd.server_address[1])
+    quoted = named.replace("\\", "\\\\")  # a quoted-string's escape: the challenge's realm holds one backslash
+    registry = hosts("127.0.0.1", lambda seen: (401, {"WWW-Authenticate": f'Bearer realm="{quoted}"'}, b""))
+    use_source("environment", registry.host, tmp_path, monkeypatch)
+    with pytest.raises(Failure) as caught:
+        connect(registry).check_reachable()
+    assert caught.value.rule == "url-ambiguous" and SECRET not in caught.value.render()
+    assert other.seen == [] and realm.seen == []

@@ -225,6 +225,36 @@ def test_credentials_in_the_index_url_go_to_it_only_and_are_never_shown(index_se
     assert FakeIndex.authorizations == [basic, basic] and OtherHost.authorizations == [None]
 
 
+@pytest.mark.parametrize("form", ["http://127.0.0.2:{port}\\@{host}/simple/torch-xla/",
+                                  "http://{host}@127.0.0.2:{port}/simple/torch-xla/",
+                                  "http://127.0.0.2:{port}\t@{host}/simple/torch-xla/"],
+                         ids=["backslash", "userinfo", "tab"])
+def test_an_index_redirect_that_could_name_two_hosts_is_refused_before_any_request(index_server: str,
+                                                                                    form: str) -> None:
+    """Issue 41: requests compared a redirect's host with urlsplit and kept the index's Authorization, while
+    urllib3 connected to the host before the backslash. The hop is now refused, and the other host asked nothing."""
+    host = index_server.removeprefix("http://")
+
+    class OtherHost(FakeIndex):
+        routes: dict = {}
+        requests: list = []
+        authorizations: list = []
+
+    with serving(OtherHost, "127.0.0.2") as port:
+        FakeIndex.routes["/simple/torch-xla/"] = (302, "text/plain", b"",
+                                                  {"Location": form.format(port=port, host=host)})
+        with pytest.raises(Failure) as caught:
+            Index(f"http://user:s3cret@{host}/simple/", attempts=1).files("torch-xla")
+        assert caught.value.rule == "url-ambiguous" and "s3cret" not in caught.value.render()
+        FakeIndex.routes["/simple/torch-xla/"] = json_page([{"filename": WHEEL,
+                                                             "url": form.format(port=port, host=host) + WHEEL}])
+        index = Index(f"http://user:s3cret@{host}/simple/", attempts=1)
+        with pytest.raises(Failure) as caught:  # a page's link of that form: refused when listed, or when read
+            index.wheel_member(index.files("torch-xla")[0], lambda name: True)
+        assert caught.value.rule == "url-ambiguous", caught.value.render()
+    assert OtherHost.requests == [] and OtherHost.authorizations == []
+
+
 # --- reads that end: the deadlines (run.netread) against a real dribbling server ---------------------------------
 
 @pytest.fixture

@@ -267,14 +267,15 @@ def test_a_redirect_to_a_location_that_is_no_url_is_a_failure(registry, location
     server = registry(lambda exchange: answer(307, {"Location": location}))
     with pytest.raises(Failure) as caught:
         client_for(server).manifest_bytes(sha(A))
-    assert caught.value.rule == "registry-answer" and location not in caught.value.message
+    # Refused by the one strict reading of a URL (run.weburl), never shown: it may hold a user:password part.
+    assert caught.value.rule == "url-ambiguous" and location not in caught.value.message
 
 
 def test_an_upload_location_that_is_no_url_is_a_failure(registry) -> None:
     server = registry(lambda exchange: answer(202, {"Location": "http://[::1/upload"}))
     with pytest.raises(Failure) as caught:
         client_for(server).request("PATCH", "http://[::1/upload", data=b"x")
-    assert caught.value.rule == "registry-answer"
+    assert caught.value.rule == "url-ambiguous"
 
 
 # --- answers nobody streams ------------------------------------------------------------------------------

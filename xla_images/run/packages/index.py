@@ -14,8 +14,10 @@ what torch_xla releases exist and what each pins. How, and why:
 * every read ends (run.netread): each exchange, retries included, within REQUEST_SECONDS, and all of one
   Index's within COMMAND_SECONDS, the deadline biting at the socket (a server dribbling a byte every 25 s is
   cut when the time is up); every body is bounded as it streams (a page by MAX_PAGE_BYTES, a range by its size).
-* credentials in the index URL (`https://user:secret@host/simple/`) go to that index (requests sends them as
-  basic auth, and drops them on a redirect to another host); every message names the URL redacted.
+* credentials in the index URL (`https://user:secret@host/simple/`) go to that index as basic auth, and are
+  dropped at a redirect to another host; redirects are followed here, each hop one strict reading of its URL
+  (run.weburl: a Location or link that could name two hosts is refused under `url-ambiguous` before any
+  request); every message names the URL redacted.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import tenacity
 
 from ...errors import Failure, redacted, shorten, shown_value
 from ...model.wheel_index import PUBLIC_INDEX
-from .. import netread
+from .. import netread, weburl
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 # A project page of the public index: torch's lists ~1000 files in ~420 KB (JSON, 2026-12). Far more is not an
@@ -53,6 +55,7 @@ REQUEST_SECONDS = 120.0
 # Everything one Index reads (one `update`: 3 pages and 2-4 ranges per release, ~1 s per release measured).
 COMMAND_SECONDS = 600.0
 ATTEMPTS = 4
+MAX_REDIRECTS = 10  # as the registry client's (Go's defaultCheckRedirect)
 WHEEL_NAME = re.compile(r"(?P<name>[^-/]+)-(?P<version>[^-/]+)(-\d[^-/]*)?-(?P<python>[^-/]+)-(?P<abi>[^-/]+)"
                         r"-(?P<platform>[^-/]+)\.whl")
 END_RECORD = b"PK\x05\x06"
@@ -244,7 +247,7 @@ class Index:
 
     def _get_once(self, url: str, headers: dict[str, str]) -> requests.Response:
         try:
-            response = self.session.get(url, headers=headers, timeout=TIMEOUT, stream=True)
+            response = self._follow(url, headers)
         except requests.exceptions.SSLError as error:
             raise Failure(f"TLS to {url} failed: {shorten(str(error), 200)}", location=url, rule="index-network",
                           hint="behind a TLS-intercepting proxy, point the site's ca_bundle at the proxy's CA "
@@ -263,6 +266,37 @@ class Index:
             raise kind(f"{url} answered HTTP {response.status_code}", location=url, rule="index-answer",
                           hint="is the project name right, and the wheel source's index_url a simple index?")
         return response
+
+
+    def _configured(self, who: str) -> tuple[weburl.Origin, tuple[str, str] | None]:
+        """The configured index URL's origin and user:password: the only credentials a URL here may carry."""
+        url, auth = weburl.parse_with_userinfo(self.url, who=who)
+        return url.origin, auth
+
+    def _follow(self, url: str, headers: dict[str, str]) -> requests.Response:
+        """GET `url`, redirects followed here, not by requests (whose should_strip_auth read a Location with
+        urlparse while urllib3 connected elsewhere): each hop is one strict WebUrl (run.weburl), refused under
+        `url-ambiguous` when it could name two hosts; the index URL's user:password goes as basic auth to the
+        first URL's origin only, never past a hop that leaves it."""
+        who = f"the index {_host(self.url)}"
+        current, auth = weburl.parse_with_userinfo(url, who=who)
+        if auth is not None and (current.origin, auth) != self._configured(who):
+            raise weburl.refusal(who, "a user:password@ part the index URL does not hold")
+        start = current
+        for hops in range(MAX_REDIRECTS + 1):
+            response = weburl.send(self.session, "GET", current, who=who, headers=headers, auth=auth,
+                                   timeout=TIMEOUT, stream=True)
+            location = response.headers.get("Location")
+            if response.status_code not in (301, 302, 303, 307, 308) or not location:
+                return response
+            response.close()
+            if hops == MAX_REDIRECTS:
+                break
+            current = current.join(location, who=who)
+            if current.origin != start.origin:
+                auth = None
+        raise Failure(f"{url} redirected more than {MAX_REDIRECTS} times", location=url, rule="index-answer",
+                      hint="the index (or the proxy before it) redirects in a loop")
 
 
 # --- answers ------------------------------------------------------------------------------------------------
@@ -383,6 +417,9 @@ def _html_files(body: bytes, page: str) -> list[IndexFile]:
 def _file(filename: str, url: str, page: str, size: int | None, yanked: bool = False) -> IndexFile:
     if len(filename) > 400 or "/" in filename or any(ord(char) < 32 for char in filename):
         raise Failure(f"{page} lists a file named {shown_value(filename)}", location=page, rule="index-answer")
+    # The link's own text first: urljoin silently drops a tab or newline (and keeps a backslash) that another
+    # parser reads otherwise (run.weburl).
+    weburl.check_text(url, f"the index page {_host(page)}")
     absolute = urllib.parse.urljoin(page, url).split("#")[0]
     return IndexFile(urllib.parse.unquote(filename), absolute, size, yanked)
 

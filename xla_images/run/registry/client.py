@@ -14,13 +14,13 @@ import http.cookiejar
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Iterator
-from urllib.parse import urlsplit
 
 import requests
 import tenacity
 
 from ...errors import Failure
-from .. import netread
+from .. import netread, weburl
+from ..weburl import WebUrl
 from ...model.registry import Registry
 from . import answers, policy
 from .auth import Authenticator, auth_refused
@@ -290,13 +290,13 @@ class RegistryClient:
 
     def _send_authenticated(self, method: str, path: str, headers: dict[str, str],
                             body: dict[str, Any]) -> requests.Response:
-        url = self._url(path)
-        if not policy.same_origin(url, self.base_url):
+        url = self._url(path)  # the one reading: judged here, connected to in _send
+        if url.origin != self._base.origin:
             # An upload Location on another host: no credential goes there and its challenge is not answered.
             response = self._send(method, url, headers, None, body)
             if response.status_code == 401:
                 response.close()
-                raise policy.refuse_foreign_challenge(self.registry.host, url, f"put the upload ({method}) on")
+                raise policy.refuse_foreign_challenge(self.registry.host, url.text, f"put the upload ({method}) on")
             return response
         first = self.auth.header(self.scopes)
         if first:
@@ -312,34 +312,37 @@ class RegistryClient:
         headers["Authorization"] = answer
         return self._send(method, url, headers, None, body)
 
-    def _url(self, path: str) -> str:
-        # Upload sessions and token realms are absolute URLs; everything else is a path on this registry.
-        return path if path.startswith(("http://", "https://")) else self.base_url + path
+    @property
+    def _base(self) -> WebUrl:
+        return weburl.parse(self.base_url + "/", who=f"the registry {self.registry.host}")
 
-    def _send(self, method: str, path: str, headers: dict[str, str], auth: tuple[str, str] | None,
+    def _url(self, path: str | WebUrl) -> WebUrl:
+        """The strict reading (policy, rule 5) of what is asked: upload sessions and token realms are absolute
+        URLs a registry answered (refused under `url-ambiguous` when they could name two hosts); everything
+        else is a path on this registry."""
+        if isinstance(path, WebUrl):
+            return path
+        who = f"registry {self.registry.host}"
+        return weburl.parse(path if "://" in path else self.base_url + path, who=who)
+
+    def _send(self, method: str, path: str | WebUrl, headers: dict[str, str], auth: tuple[str, str] | None,
               body: dict[str, Any]) -> requests.Response:
         """One exchange; redirects of a GET or HEAD followed here (policy, rule 3): a hop that leaves the first
         URL's origin drops the Authorization header and basic `auth` for the rest, and a 401 after that is
-        refused, never answered."""
+        refused, never answered. Each hop's URL is one WebUrl: the origin compared is the host connected to."""
         url = start = self._url(path)
         extra = {key: value for key, value in body.items() if value is not None and value is not False}
         streamed = bool(extra.pop("stream", False))
         hops, left = 0, False
         while True:
-            trust = self._trust_for(url)
-            try:
-                response = self.session.request(method, url, headers=headers, auth=auth, timeout=self.timeout,
-                                                allow_redirects=False, stream=True, **extra)
-            except requests.RequestException as error:
-                raise classify(error, trust.host, trust.describe(), str(trust.certs_dir)) from None
-            except ValueError:  # requests' own parse of a URL a registry answered (a Location): `http://[::1`
-                raise policy.not_a_url() from None
-            target = (policy.redirect_target(url, response.headers.get("Location"), method, hops)
+            response = self._send_once(method, url, headers, auth, extra)
+            target = (policy.redirect_target(url, response.headers.get("Location"), method, hops,
+                                             f"registry {self.registry.host}")
                       if response.status_code in policy.REDIRECT_STATUSES else None)
             if target is None:
                 break
             response.close()
-            if not policy.same_origin(target, start) and not left:
+            if target.origin != start.origin and not left:
                 left = True
                 headers = {key: value for key, value in headers.items() if key.lower() != "authorization"}
                 auth = None
@@ -347,17 +350,25 @@ class RegistryClient:
             url, hops = target, hops + 1
         if response.status_code == 401 and left:
             response.close()
-            raise policy.refuse_foreign_challenge(self.registry.host, url,
-                                                  f"redirected {method} {urlsplit(start).path} to")
+            raise policy.refuse_foreign_challenge(self.registry.host, url, f"redirected {method} {start.path} to")
         if response.status_code in RETRIED_STATUSES:
             response.close()
             raise RegistryDown(f"HTTP {response.status_code}")
         if not streamed:
-            _read_small_answer(response, method, self.registry.host, f"{method} {policy.path_of(start)}")
+            _read_small_answer(response, method, self.registry.host, f"{method} {start.path}")
         return response
 
-    def _trust_for(self, url: str) -> Trust:
-        host = urlsplit(url).netloc.rpartition("@")[2]
+    def _send_once(self, method: str, url: WebUrl, headers: dict[str, str], auth: tuple[str, str] | None,
+                   extra: dict[str, Any]) -> requests.Response:
+        trust = self._trust_for(url)
+        try:
+            return weburl.send(self.session, method, url, who=f"registry {self.registry.host}", headers=headers,
+                               auth=auth, timeout=self.timeout, stream=True, **extra)
+        except requests.RequestException as error:
+            raise classify(error, trust.host, trust.describe(), str(trust.certs_dir)) from None
+
+    def _trust_for(self, url: WebUrl) -> Trust:
+        host = url.netloc
         if host == self.registry.host:
             return self.trust
         if host not in self._trusts:  # a token realm or storage redirect elsewhere: trusted as the engine would

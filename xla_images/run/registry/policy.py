@@ -18,62 +18,56 @@ The rules, and the upstream behaviour each follows (docs/reliability.md, "Where 
 4. XLA_IMAGES_REGISTRY_USER/_PASSWORD belong to the host XLA_IMAGES_REGISTRY names, or, when it is unset,
    to the registries the command names itself (--registry, --from, --to, the site's `registry`): never to a
    host that only a file (published.json) names.
+5. One URL, one host: every URL a registry or its token service answers (a redirect, an upload Location, a
+   token realm) is read once, strictly, into a run.weburl.WebUrl, and this object is both what rules 1-3 judge
+   and what the request is built from; a URL whose text parsers could read as two hosts (a backslash in its
+   authority, whitespace, control characters, non-ASCII, a user:password@ part, a host that is a number) is
+   refused under `url-ambiguous` before any request. (urlsplit read `http://a:1\\@registry/` as the
+   registry while urllib3 connected to `a:1`: the Authorization went there.)
 """
 from __future__ import annotations
 
 from typing import Iterable, Mapping
-from urllib.parse import urljoin, urlsplit
 
 from ...errors import ConfigError, Failure, Location
 from ...model.registry import host_problem
+from .. import weburl
+from ..weburl import WebUrl
 
 ENVIRONMENT_REGISTRY = "XLA_IMAGES_REGISTRY"
 MAX_REDIRECTS = 10
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 FOLLOWED_METHODS = ("GET", "HEAD")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
-Origin = tuple[str, str, int]
+Origin = weburl.Origin
 
 
-def origin(url: str) -> Origin:
+def url_of(text: str | WebUrl, who: str) -> WebUrl:
+    """The one reading of a URL (rule 5): a WebUrl is taken as it is, a text parsed strictly or refused."""
+    return text if isinstance(text, WebUrl) else weburl.parse(text, who=who)
+
+
+def origin(url: str | WebUrl) -> Origin:
     """(scheme, host, port) of an absolute URL, the port made explicit: what "the same host" compares."""
-    try:
-        parts = urlsplit(url)
-        hostname = parts.hostname
-    except ValueError:  # `http://[::1` or `https://[zz]/x`: a Location that a registry must never answer
-        raise not_a_url() from None
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:  # a port that is not a number: an origin no registry has
-        port = -1
-    return scheme, (hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme, -1)
+    return url_of(url, "a registry").origin
 
 
-def not_a_url() -> Failure:
-    # The URL itself is not shown: it may hold a user:password part, and it is not one a person can use.
-    return Failure("a registry answered a Location that is not a valid URL", rule="registry-answer",
-                   hint="check the registry (or the proxy before it)")
+def path_of(url: str | WebUrl) -> str:
+    """The path of a URL (an upload Location), for messages; a Failure when it is not a URL read one way."""
+    if isinstance(url, str) and url.startswith("/"):
+        return url.partition("?")[0]
+    return url_of(url, "a registry").path
 
 
-def path_of(url: str) -> str:
-    """The path of a URL (an upload Location), for messages; a Failure when it is not a valid URL."""
-    try:
-        return urlsplit(url).path
-    except ValueError:
-        raise not_a_url() from None
-
-
-def same_origin(url: str, other: str) -> bool:
+def same_origin(url: str | WebUrl, other: str | WebUrl) -> bool:
     return origin(url) == origin(other)
 
 
-def host_of(url: str) -> str:
+def host_of(url: str | WebUrl) -> str:
     """`HOST[:PORT]` of a URL as a message shows it (never a user:password part)."""
     try:
-        return urlsplit(url).netloc.rpartition("@")[2]
-    except ValueError:
+        return url_of(url, "a registry").netloc
+    except Failure:
         return "(a URL that is not valid)"
 
 
@@ -92,21 +86,18 @@ def environment_hosts(environ: Mapping[str, str], named: Iterable[str]) -> froze
     return frozenset({host})
 
 
-def redirect_target(current: str, location: str | None, method: str, hops: int) -> str | None:
-    """The absolute URL a redirect answer sends a request to, or None when it is not to be followed."""
+def redirect_target(current: WebUrl, location: str | None, method: str, hops: int, who: str) -> WebUrl | None:
+    """The URL a redirect answer sends a request to, or None when it is not to be followed; refused under
+    `url-ambiguous` (rule 5) before it is asked when its text could name two hosts."""
     if method not in FOLLOWED_METHODS or not location:
         return None
     if hops >= MAX_REDIRECTS:
-        raise Failure(f"{host_of(current)} redirected {method} more than {MAX_REDIRECTS} times",
+        raise Failure(f"{current.netloc} redirected {method} more than {MAX_REDIRECTS} times",
                       rule="registry-redirect", hint="the registry or its storage redirects in a loop")
-    try:
-        target = urljoin(current, location)
-    except ValueError:
-        raise not_a_url() from None
-    if origin(target)[0] not in _DEFAULT_PORTS:
-        raise Failure(f"{host_of(current)} redirected {method} to a URL that is not http(s)",
-                      rule="registry-redirect", hint="a registry redirects blob reads to http(s) storage only")
-    return target
+    if location.lower().startswith(("http:", "https:", "//", "/")) or "://" not in location:
+        return current.join(location, who=who)
+    raise Failure(f"{current.netloc} redirected {method} to a URL that is not http(s)",
+                  rule="registry-redirect", hint="a registry redirects blob reads to http(s) storage only")
 
 
 def refuse_foreign_challenge(registry_host: str, target: str, how: str) -> Failure:

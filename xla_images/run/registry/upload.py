@@ -6,13 +6,15 @@ push's layers. A blob is sent in `PATCH` chunks of bounded size (memory stays fl
 (a config) is one request. The registry checks the digest itself: a blob that arrived otherwise is refused.
 
 A `Location` on another host (storage behind the registry) gets the chunks but no credential: the client's
-policy sends Authorization only to the registry's own origin and answers no challenge from elsewhere.
+policy sends Authorization only to the registry's own origin and answers no challenge from elsewhere. A
+Location whose text could name two hosts (a backslash in its authority, ...) is refused under `url-ambiguous`.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable
 
 from ...errors import Failure
+from .. import weburl
 from .client import RegistryClient
 
 DEFAULT_CHUNK = 16 << 20  # bytes per PATCH
@@ -87,9 +89,12 @@ class BlobUpload:
         location = response.headers.get("Location")
         if not location:
             raise Failure(f"{self.client.registry.host} opened an upload without a Location", rule=self.rule)
-        if location.startswith("/"):
-            location = self.client.base_url + location
-        return str(location)
+        # Relative to the URL that answered; read strictly (policy, rule 5): a Location that could name two hosts
+        # is refused here, before the chunk or the credentials it would carry are sent anywhere.
+        answered = getattr(response, "url", None)
+        base = answered if isinstance(answered, str) and "://" in answered else self.client.base_url + "/"
+        who = f"registry {self.client.registry.host}"
+        return weburl.parse(base, who=who).join(str(location), who=who).text
 
     def _expect(self, response: Any, status: int, what: str) -> None:
         if response.status_code in (401, 403):
