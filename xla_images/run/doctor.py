@@ -140,7 +140,9 @@ def check_registry(registry: str) -> Item:
     for scheme in ("http",) if loopback else ("https", "http"):
         url = f"{scheme}://{host}/v2/"
         try:
-            response = requests.get(url, timeout=5)
+            # Not followed: a redirect is the registry's own business, and requests would add ~/.netrc's
+            # credentials for whatever host it names (run/weburl.py says why a server's URL is never trusted).
+            response = requests.get(url, timeout=5, allow_redirects=False)
         except requests.RequestException as error:
             errors.append(f"{url}: {type(error).__name__}")
             continue
