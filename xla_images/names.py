@@ -52,6 +52,9 @@ SPLIT_SCRIPT = "split_layers.py"
 # in the same step, so no layer holds the downloads).
 INSTALL_SCRIPT = "install_wheels.py"
 INSTALL_WORK = "/tmp/install-wheels"
+# ... and copies xla_images/runhome.py (the startup hook that gives any UID a home and caches) into site-packages
+# under this name, with a .pth file importing it (model.running.HOME_HOOK_MODULE).
+HOME_HOOK_SCRIPT = "xla_images_home.py"
 CONTEXT_PIP_DIR = "pip"
 CONTEXT_WHEELHOUSE = "wheelhouse"
 IMAGE_PIP_DIR = "/tmp/pip"

@@ -52,6 +52,7 @@ INDEX_READS = "reliability.md#the-package-index-and-update"
 CREDENTIALS = "reliability.md#where-credentials-go"
 DERIVED_CHECK = "derived.md#xla-images-check-does-the-image-still-hold"
 DERIVED_DEVEL = "derived.md#devel-images-c-extensions-for-each-abi"
+RUN_SPEC = "running.md#kubernetes"
 
 CATALOGUE: tuple[Rule, ...] = (
     # --- input files, YAML, the disk ---
@@ -185,6 +186,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("image-exists", "the image is not on this engine", IMAGE, "./build.py build TAG, or ./build.py pull TAG"),
     Rule("image-path-exists", "a path does not exist in the image", IMAGE, "check the path; rebuild the image if it should be there"),
     Rule("image-tests", "image checks or the smoke suite failed for some flavours", IMAGE, "read reports/<tag>/checks.json and smoke.json"),
+    Rule("run-spec-topology", "run-spec --topology is not a TPU topology (AxB or AxBxC)", RUN_SPEC, "--topology 2x2 (v5e) or 2x2x1 (v4)"),
     Rule("safe-extract", "an archive from a container holds a path that would escape (refused)", IMAGE, "inspect the image; nothing was extracted"),
     Rule("sbom-inventory", "the image's venv listed no distributions for the SBOM", IMAGE, "run /opt/venv/bin/python -c 'import importlib.metadata' in the image"),
     Rule("sbom-valid", "a written SBOM is not a valid CycloneDX document", IMAGE, "report it: the SBOM writer is ours"),

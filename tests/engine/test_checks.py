@@ -16,7 +16,7 @@ import pytest
 
 from publish_support import make_project
 from xla_images import names
-from xla_images.model import lockfile
+from xla_images.model import lockfile, running
 from xla_images.model.flavour import Flavour
 from xla_images.run.checking import checks, smoke_runner
 from xla_images.run import engine
@@ -60,6 +60,29 @@ def derived_layer(context: Path, flavour: Flavour) -> dict[str, str]:
             names.CONSTRAINTS_SHA256_LABEL: lockfile.constraints_digest(constraints)}
 
 
+# What the template gives every image (docs/running.md): the user xla (1000:0) and its group-0 writable home,
+# no setuid/setgid bit, HOME and the caches under that home.
+# The user database comes as a file (users/etc/...), as the template's does: a RUN that names it would put a word
+# the metadata check rightly flags into the history.
+IMAGE_USER_LINES = [
+    "COPY users/ /",
+    f'RUN mkdir -p {running.HOME_ENV["HOME"]} && chown {running.IMAGE_UID}:{running.IMAGE_GID} '
+    f'{running.HOME_ENV["HOME"]} && chmod 0775 {running.HOME_ENV["HOME"]} && '
+    "find / -xdev -type f -perm /6000 -exec chmod ug-s {} +",
+    "ENV " + " ".join(f"{key}={value}" for key, value in running.HOME_ENV.items()),
+]
+
+
+def users_file(test_base: str, scratch: Path) -> bytes:
+    """The base's user database with the image's user added."""
+    copy = engine.containers.extract_from_image(test_base, "/etc/passwd", scratch)
+    line = f"{running.IMAGE_USER}:x:{running.IMAGE_UID}:{running.IMAGE_GID}::{running.HOME_ENV['HOME']}:/bin/sh\n"
+    return copy.read_bytes() + line.encode()
+# The image checks that run torch_xla on the XLA device as each user: the stand-in torch computes nothing.
+RUNS_AS = {"test_runs_as[uid-gid0]", "test_runs_as[uid-own-group]", "test_runs_as[image-user]",
+           "test_runs_as[restricted]"}
+
+
 def dockerfile(flavour: Flavour, test_base: str, extra: list[str], derived_labels: dict[str, str]) -> str:
     env = " ".join(f"{key}={json.dumps(value)}" for key, value in flavour.env.items())
     labels = {**flavour.labels, **derived_labels, names.FLAVOUR_ID_LABEL: flavour.id}
@@ -73,6 +96,7 @@ def dockerfile(flavour: Flavour, test_base: str, extra: list[str], derived_label
         f"COPY {names.CONSTRAINTS_NAME} {names.IMAGE_CONSTRAINTS}",
         f"COPY {names.CHECK_TOOL} {names.IMAGE_CHECK_TOOL}",
         f"RUN chmod 0755 {names.IMAGE_CHECK_TOOL}",
+        *IMAGE_USER_LINES,
         *extra,
         f"ENV {env}",
         f"LABEL {label_text}",
@@ -84,7 +108,8 @@ def build_checked_image(tmp_path: Path, name: str, flavour: Flavour, test_base: 
     context = tmp_path / name
     context.mkdir()
     stand_in_packages(context, flavour)
-    for relative, data in (files or {}).items():
+    files = {**(files or {}), "users/etc/passwd": users_file(test_base, tmp_path / f"{name}-base")}
+    for relative, data in files.items():
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
         (context / relative).write_bytes(data)
     (context / "Dockerfile").write_text(dockerfile(flavour, test_base, extra, derived_layer(context, flavour)))
@@ -111,7 +136,8 @@ def planted_image(tmp_path_factory: pytest.TempPathFactory, flavour: Flavour, te
         "COPY pip.conf /etc/pip.conf",
         "COPY config.json /root/.docker/config.json",
         "COPY gcc /usr/local/bin/gcc",
-        "RUN chmod +x /usr/local/bin/gcc",
+        "RUN chmod +x /usr/local/bin/gcc && chmod u+s /usr/local/bin/gcc && mkdir -m 0777 /opt/open && "
+        "touch /tmp/left-behind",
         'LABEL ci.token="abc"',
     ]
     files = {"renamed.pem": FAKE_CA, "pip.conf": b"[global]\nindex-url = https://bob:hunter2@index.example/simple\n",
@@ -137,8 +163,11 @@ def test_clean_image_passes_all_but_the_abi_check(tmp_path: Path, flavour: Flavo
 
     found = statuses(result)
     failed = {name for name, status in found.items() if status not in ("passed", "skipped")}
-    # The stand-in torch has no shared libraries, which the ABI check (rightly) cannot accept.
-    assert failed == {"test_abi_compatible"}, result.failures()
+    # The stand-in torch has no shared libraries, which the ABI check (rightly) cannot accept, and computes nothing.
+    assert failed == {"test_abi_compatible", *RUNS_AS}, result.failures()
+    # ... each a python that ran as its user and failed on the stand-in (not a container that could not start).
+    assert all("(exit 1)" in outcome.message for outcome in result.outcomes if outcome.name in RUNS_AS), [
+        outcome.message for outcome in result.outcomes if outcome.name in RUNS_AS]
     # A release flavour has no night to compare; a runtime image has no devel toolchain to check.
     assert {name for name, status in found.items() if status == "skipped"} == {
         "test_nightly_is_the_claimed_night", "test_devel_toolchain", "test_devel_keeps_runtime_layers",
@@ -148,9 +177,12 @@ def test_clean_image_passes_all_but_the_abi_check(tmp_path: Path, flavour: Flavo
     # The derived-image checks pass: the constraints match their label, `xla-images-check` (text, --json) exits 0.
     assert found["test_constraints_are_the_rendered_ones"] == "passed"
     assert found["test_xla_images_check_passes[text]"] == found["test_xla_images_check_passes[json]"] == "passed"
-    assert len(found) == 24
+    # The image as users run it: its user, no setuid file, nothing world-writable, nothing left in /tmp or HOME.
+    assert {found[name] for name in ("test_image_user", "test_no_setuid_or_setgid_files",
+                                     "test_nothing_world_writable", "test_no_stray_files_in_tmp_or_home")} == {"passed"}
+    assert len(found) == 32
     written = json.loads((tmp_path / "reports" / "checks.json").read_text())
-    assert written["summary"]["passed"] == 19 and written["summary"]["failed"] == 1
+    assert written["summary"]["passed"] == 23 and written["summary"]["failed"] == 5
     assert written["summary"]["skipped"] == 4
     assert "<testsuite" in (tmp_path / "reports" / "checks.xml").read_text()
     no_leaked_containers()
@@ -162,13 +194,17 @@ def test_planted_problems_are_each_caught(tmp_path: Path, flavour: Flavour, plan
     ca.write_bytes(FAKE_CA)
 
     result = checks.run(checks.CheckTarget(flavour, planted_image, ca), tmp_path / "reports",
-                        keyword="not test_abi_compatible")
+                        keyword="not test_abi_compatible and not test_runs_as")
 
     found = statuses(result)
     assert {name for name, status in found.items() if status == "failed"} == {
         "test_no_site_ca_bundle_in_layers", "test_no_build_pip_config", "test_no_credentials_in_layers",
-        "test_no_credentials_in_metadata", "test_no_compiler"}
+        "test_no_credentials_in_metadata", "test_no_compiler", "test_no_setuid_or_setgid_files",
+        "test_nothing_world_writable", "test_no_stray_files_in_tmp_or_home"}
     messages = {outcome.name: outcome.message for outcome in result.outcomes}
+    assert "/usr/local/bin/gcc" in messages["test_no_setuid_or_setgid_files"]
+    assert "/opt/open" in messages["test_nothing_world_writable"]
+    assert "left-behind" in messages["test_no_stray_files_in_tmp_or_home"]
     assert "usr/share/misc/renamed.pem" in messages["test_no_site_ca_bundle_in_layers"]
     assert "etc/pip.conf" in messages["test_no_build_pip_config"]
     assert "root/.docker/config.json" in messages["test_no_credentials_in_layers"]

@@ -8,8 +8,8 @@ through BuildKit (which pulls them from the TLS registry with the user's docker 
   own last step runs the op on the XLA device and `xla-images-check`); the same source built in
   r2.6.0_3.11_cpu_devel (pre-C++11) runs in r2.6.0_3.11_cpu; that 2.6 wheel installed into the 2.9 image fails to
   import, and `xla-images-check` there exits 1 naming the extension and a missing symbol;
-* `pip install torchvision` / `torchaudio` keep torch 2.9.0 and torch_xla 2.9.0, and one op of each runs on the XLA
-  device (PJRT CPU); `pip install transformers` keeps torch; `xla-images-check` exits 0 in all three;
+* `pip install torchvision` (as the image's non-root user: `USER 1000`, docs/running.md) / `torchaudio` keep
+  torch 2.9.0 and torch_xla 2.9.0, and one op of each runs on the XLA device (PJRT CPU); `pip install transformers` keeps torch; `xla-images-check` exits 0 in all three;
   `pip install "torch==2.10.0"` fails, and the build's output names torch and its pin.
 
 Derived builds reach the package index only through this host's TLS-intercepting proxy: its CA is a BuildKit
@@ -42,6 +42,7 @@ from reporters import QuietReporter
 from xla_images import names, resources
 from xla_images.errors import Failure
 from xla_images.generate.plan import Plan, load_plan
+from xla_images.model import running
 from xla_images.model.target import Target
 from xla_images.run import engine
 from xla_images.run.building import build
@@ -183,13 +184,15 @@ def run(image: str, program: str, *, command: list[str] | None = None) -> engine
                                            options=engine.containers.RunOptions(environment=CPU), timeout=900)
 
 
-def derived_context(tmp_path: Path, install: str) -> Path:
-    """A user's Dockerfile: FROM the image, one `pip install`, nothing else of ours (the CA mount is the proxy's)."""
+def derived_context(tmp_path: Path, install: str, user: int | None = None) -> Path:
+    """A user's Dockerfile: FROM the image, one `pip install`, nothing else of ours (the CA mount is the proxy's);
+    with `user`, `USER <user>` first, and the CA readable by it (docs/running.md)."""
     context = tmp_path / re.sub(r"\W+", "-", install).strip("-")
     context.mkdir()
+    switch, owner = (f"USER {user}\n", f",uid={user}") if user is not None else ("", "")
     (context / "Dockerfile").write_text(
-        "ARG BASE\nFROM ${BASE}\n"
-        "RUN --mount=type=secret,id=ca.crt,target=/tmp/proxy-ca.crt PIP_CERT=/tmp/proxy-ca.crt "
+        f"ARG BASE\nFROM ${{BASE}}\n{switch}"
+        f"RUN --mount=type=secret,id=ca.crt,target=/tmp/proxy-ca.crt{owner} PIP_CERT=/tmp/proxy-ca.crt "
         f"pip install --no-cache-dir {install}\n")
     return context
 
@@ -268,12 +271,21 @@ COMPANION_OPS = {
 }
 
 
+# torchvision is installed by the image's non-root user (`USER 1000`): the venv's directories are group-0 writable,
+# so pip works as that user and the constraints hold for it; everything after runs as 1000 too.
+COMPANION_USERS = {"torchvision": running.IMAGE_UID}
+
+
 @pytest.mark.parametrize("companion", sorted(COMPANION_OPS))
 def test_an_unpinned_companion_keeps_the_flavour_and_runs_on_the_xla_device(
         companion: str, published: dict[str, str], tmp_path: Path) -> None:
-    image, output = buildkit(derived_context(tmp_path, companion), {"BASE": published["runtime"]})
+    user = COMPANION_USERS.get(companion)
+    image, output = buildkit(derived_context(tmp_path, companion, user), {"BASE": published["runtime"]})
     assert image is not None, output[-4000:]
     try:
+        if user is not None:
+            owner = run(image, f"import os, {companion}; print(os.getuid(), os.stat({companion}.__file__).st_uid)")
+            assert owner.output.split()[-2:] == [str(user)] * 2, owner.output[-2000:]
         assert installed_versions(image) == {"torch": "2.9.0", "torch_xla": "2.9.0"}
         ran = run(image, "import torch_xla\ndevice = torch_xla.device()\n" + COMPANION_OPS[companion])
         assert ran.exit_code == 0, ran.output[-3000:]

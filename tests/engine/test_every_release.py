@@ -9,7 +9,8 @@ listed: per release, its default-ABI cpu flavour of `defaults.latest_python` (el
 Cost on the 2-core CI machine, per release: build ~3 min on the containerd store (the wheels come from the
 index), then the smoke suite ~1-2 min with a 16-layer compile check (the suite's default is 32; 2.7 and 2.8
 compile the unrolled loop 3x slower than 2.9, and 16 layers still shows scan_layers winning by 5x and more) with
-the checks' layer scan beside it, then the other checks, seconds. The builds run one after another on a thread
+the checks' layer scan beside it, then the other checks, seconds; the image run as users run it (four
+users/profiles, ~15 s each) and the smoke suite's environment, scan and tracing under the restricted profile. The builds run one after another on a thread
 from the first test on, so the next release builds while this one is tested: the smoke suite's compile keeps
 one core busy and the scan waits on the disk, which leaves room for pip and the layer export. Builds never run
 side by side (each prunes the build cache once its image is tagged, which must not happen under another
@@ -19,6 +20,7 @@ removed, with all its names, once tested.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -101,11 +103,27 @@ def test_release_builds_and_passes_checks_and_smoke(flavour: Flavour, builds: Bu
         tested = cli("test", flavour.tag)
         print(tested.stdout[-2500:], file=sys.stderr)
         assert tested.returncode == 0, tested.stdout[-4000:] + tested.stderr[-3000:]
+        ran_as_users_do(flavour)
         no_leaked_containers()
     finally:
         if os.environ.get("XLA_IMAGES_TEST_CLEANUP") == "1":
             # Not the build cache: the next release may be building on it (the fixture prunes it at the end).
             remove_every_name(flavour)
+
+
+def ran_as_users_do(flavour: Flavour) -> None:
+    """`test` ran this release's image as users run it (docs/running.md), and said so in its reports: as an
+    arbitrary UID with GID 0, one outside group 0, the image's user 1000 and under the full restricted profile,
+    each importing torch_xla, computing on XLA and passing xla-images-check (the image checks' test_runs_as); with
+    no setuid file and nothing world-writable; and part of the smoke suite restricted (smoke-restricted.json)."""
+    reports = REPO / names.REPORTS / flavour.tag
+    checks = {check["name"]: check["status"] for check in json.loads((reports / "checks.json").read_text())["checks"]}
+    wanted = [f"test_runs_as[{who}]" for who in ("uid-gid0", "uid-own-group", "image-user", "restricted")] + [
+        "test_no_setuid_or_setgid_files", "test_nothing_world_writable", "test_no_stray_files_in_tmp_or_home",
+        "test_image_user"]
+    assert {name: checks.get(name) for name in wanted} == dict.fromkeys(wanted, "passed"), checks
+    restricted = json.loads((reports / "smoke-restricted.json").read_text())
+    assert restricted["summary"].get("passed", 0) >= 3 and not restricted["summary"].get("failed"), restricted
 
 
 def remove_every_name(flavour: Flavour) -> None:

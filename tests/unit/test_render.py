@@ -91,7 +91,17 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     assert "/opt/venv/bin/python /tmp/install_wheels.py --lock /tmp/requirements.lock" in wheels_stage
     assert "COPY requirements.lock install_wheels.py split_layers.py /tmp/" in wheels_stage
     assert "/tmp/split_layers.py" in wheels_stage
-    assert 'RUN find /layers/smoke -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +' in wheels_stage
+    assert 'find /layers/smoke -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +' in wheels_stage
+    # Any UID (docs/running.md): the venv's directories are group-0 writable in every layer tree (set here, in the
+    # wheels stage: no chown layer duplicates them), the image's user and home come from the venv stage.
+    chmods = [line for line in wheels_stage.splitlines() if "-type d -exec chmod g+w {} +" in line]
+    for tree in ("venv-bootstrap", "torch-any", "torch", "torch_xla", "libtpu", "smoke", "derived"):
+        assert any(f"/layers/{tree}/opt/venv " in line for line in chmods), tree
+    assert "find /layers/venv/opt/venv -type d -exec chmod g+w {} +" in venv
+    assert '"xla:x:1000:0:xla-images:/home/xla:/bin/sh"' in venv and "-perm /6000" in venv
+    assert "COPY --from=venv /layers/system/ /" in base
+    assert "COPY --from=venv --chown=1000:0 /layers/home/home/ /home/" in base
+    assert 'HOME="/home/xla"' in runtime and "xla_images_home" in wheels_stage
     # The runtime stage copies layer trees only: the wheel groups bottom-up, libtpu last, then the smoke suite.
     assert "/tmp/pip" not in runtime and "PIP_CONFIG_FILE" not in runtime
     copies = [line for line in runtime.splitlines() if line.startswith("COPY ")]

@@ -44,6 +44,7 @@ COMMANDS = (
     ("abi", "abi"),
     ("ci", "ci"),
     ("explain", "explain"),
+    ("run_spec", "run_spec"),
 )
 
 

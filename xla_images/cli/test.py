@@ -22,12 +22,14 @@ from .common import figure, flavour_filters, in_ci, plan_options, reports_option
               help="Decoder layers of the smoke suite's loop-vs-scan compile check (default: the suite's, 16; "
                    "`bench` sweeps 8,16,32).")
 @click.option("--checks-only", is_flag=True, help="Only the image checks, not the smoke suite.")
+@click.option("--no-restricted", "no_restricted", is_flag=True,
+              help="Skip the smoke suite's second run under the restricted profile (docs/running.md).")
 @click.option("-k", "keyword", metavar="EXPR", default=None, help="Only image checks matching this pytest -k.")
 @reports_option()
 @flavour_filters
 @plan_options
 def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu: bool, layers: int | None,
-         checks_only: bool, keyword: str | None, reports_dir: Path | None) -> None:
+         checks_only: bool, no_restricted: bool, keyword: str | None, reports_dir: Path | None) -> None:
     """Check built images, then run the smoke suite inside each; print a table; exit 1 on any failure.
 
     \b
@@ -35,7 +37,9 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
     and libtpu versions; ABI label = torch._C._GLIBCXX_USE_CXX11_ABI; `import torch_xla`; labels and env;
     ABI compatibility of every extension; no site CA bundle, pip.conf or credentials in any layer, label or
     history entry; no compiler. Smoke suite (reports/<tag>/smoke.json and smoke.xml): `python -m
-    xla_smoke` in a fresh container. SBOM: reports/<tag>/sbom.cdx.json (CycloneDX, see `build.py sbom`).
+    xla_smoke` in a fresh container; then environment, scan and tracing again under the restricted profile
+    (arbitrary UID, GID 0, read-only root, tmpfs /tmp, no capabilities, no network; smoke-restricted.json;
+    not with --tpu). SBOM: reports/<tag>/sbom.cdx.json (CycloneDX, see `build.py sbom`).
 
     \b
     Examples:
@@ -44,7 +48,8 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
     """
     flavours = select(plan, names, filters)
     root = reports_dir or plan.root / REPORTS
-    options = image_tests.ImageTestOptions(tpu=tpu, layers=layers, checks_only=checks_only, keyword=keyword)
+    options = image_tests.ImageTestOptions(tpu=tpu, layers=layers, checks_only=checks_only, keyword=keyword,
+                                           restricted=not no_restricted)
     results = image_tests.run_image_tests(plan, flavours, options, root, say=say,
                                           on_smoke_line=None if in_ci() else say)
     _print_table(results)
@@ -64,7 +69,7 @@ def test(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], tpu
 
 def _print_table(results: list[image_tests.FlavourTested]) -> None:
     table = Table("flavour", "checks pass/fail/skip", "checks s", "smoke pass/fail/skip", "smoke s",
-                  "compile loop/scan", "trace steps/s", "result")
+                  "compile loop/scan", "trace steps/s", "restricted s", "result")
     for result in results:
         flavour, checked, smoked = result.flavour, result.checked, result.smoked
         smoke_counts, smoke_seconds, ratio, trace = "-", "-", "-", "-"
@@ -76,10 +81,12 @@ def _print_table(results: list[image_tests.FlavourTested]) -> None:
             metrics = smoked.metrics
             ratio = figure(metrics.get("compile_ratio"), "{:.2f}x")
             trace = figure(metrics.get("trace_steps_per_s"), "{:.1f}")
-        ok = checked.ok and (smoked is None or smoked.ok)
+        restricted = result.restricted
+        restricted_cell = "-" if restricted is None else f"{restricted.seconds:.0f}" + ("" if restricted.ok else " FAILED")
+        ok = checked.ok and (smoked is None or smoked.ok) and (restricted is None or restricted.ok)
         table.add_row(flavour.tag,
                       f"{checked.count('passed')}/{checked.count('failed') + checked.count('error')}/"
                       f"{checked.count('skipped')}",
-                      f"{checked.seconds:.0f}", smoke_counts, smoke_seconds, ratio, trace,
+                      f"{checked.seconds:.0f}", smoke_counts, smoke_seconds, ratio, trace, restricted_cell,
                       "ok" if ok else "FAILED")
     Console(width=200).print(table)

@@ -11,13 +11,13 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import layers, resources, userfiles, wheel_install
+from .. import layers, resources, runhome, userfiles, wheel_install
 from ..errors import ConfigError, ErrorList
 from ..model import matrix, nightly, wheel_index
 from ..model.flavour import Variant
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
-from ..names import DOCKERFILES, INSTALL_SCRIPT, LOCK_NAME, SPLIT_SCRIPT
+from ..names import DOCKERFILES, HOME_HOOK_SCRIPT, INSTALL_SCRIPT, LOCK_NAME, SPLIT_SCRIPT
 from ..userfiles import resolve_path
 from . import render
 
@@ -25,6 +25,7 @@ from . import render
 BUILD_SCRIPTS: dict[str, Path] = {
     INSTALL_SCRIPT: Path(wheel_install.__file__),
     SPLIT_SCRIPT: Path(layers.__file__),
+    HOME_HOOK_SCRIPT: Path(runhome.__file__),
 }
 
 

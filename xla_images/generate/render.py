@@ -19,10 +19,11 @@ import jinja2
 from .. import layers, resources
 from ..errors import ConfigError
 from ..model.flavour import Flavour, Variant, WheelBuild, default_base_image
+from ..model import running
 from ..model.lockfile import constraints_digest, format_constraints
 from ..names import (CA_SECRET, CHECK_TOOL, CONSTRAINTS_LABEL, CONSTRAINTS_NAME, CONSTRAINTS_SHA256_LABEL,
                      CONTEXT_PIP_DIR, CONTEXT_WHEELHOUSE, DOCKERFILE, FLAVOUR_ID_LABEL, GENERATED_MARK,
-                     IMAGE_CONSTRAINTS, IMAGE_PIP_DIR, IMAGE_TOOLS_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT,
+                     HOME_HOOK_SCRIPT, IMAGE_CONSTRAINTS, IMAGE_PIP_DIR, IMAGE_TOOLS_DIR, IMAGE_WHEELHOUSE, INSTALL_SCRIPT,
                      INSTALL_WORK, LOCK_NAME, PIP_SECRET, SOURCE_DATE_EPOCH, SPLIT_SCRIPT, VENV)
 
 # Rendered file of a flavour -> its template, in the order they are written.
@@ -127,6 +128,13 @@ def template_context(flavour: Flavour, constraints: str = "") -> dict[str, Any]:
         "source_date_epoch": SOURCE_DATE_EPOCH,
         "roots": layer_roots(flavour),
         "layers": layers.layer_names(len(layer_roots(flavour))),
+        "user": running.IMAGE_USER,
+        "uid": running.IMAGE_UID,
+        "gid": running.IMAGE_GID,
+        "home": running.HOME_ENV["HOME"],
+        "home_env": running.HOME_ENV,
+        "home_hook": HOME_HOOK_SCRIPT,
+        "home_hook_module": running.HOME_HOOK_MODULE,
     }
 
 

@@ -10,6 +10,11 @@ Why the smoke suite comes first: the layer scan waits on the disk (`docker save`
 image), the smoke suite on the CPU, so the one runs beside the other; the checks then take their scan's result.
 Neither result gates the other, so the order changes no verdict.
 
+Then, unless run as on a TPU VM or with --no-restricted, part of the smoke suite (smoke_runner.RESTRICTED_CHECKS)
+runs again under the restricted profile (model.running: an arbitrary UID with GID 0, read-only root, tmpfs /tmp,
+no capabilities, no-new-privileges, no network), reports/<tag>/smoke-restricted.json and .xml: how clusters and
+CI runners run images. The image checks test the same profile on their own (image_checks/test_image.py).
+
 A devel image (`<tag>_devel`) gets the checks and the SBOM, not the smoke suite: its runtime layers are the
 runtime image's, smoke-tested there. Its own checks (image_checks/test_image.py) build examples/extension in it
 with `pip wheel .` and run that wheel in the runtime image, which must be built too.
@@ -36,6 +41,7 @@ class ImageTestOptions:
     layers: int | None = None  # decoder layers of the smoke suite's compile check; None: the suite's own
     checks_only: bool = False
     keyword: str | None = None  # pytest -k over the image checks
+    restricted: bool = True  # also run part of the smoke suite under the restricted profile (not with tpu)
 
 
 @dataclass(frozen=True)
@@ -44,14 +50,17 @@ class FlavourTested:
     checked: checks.ChecksResult
     smoked: smoke_runner.SmokeResult | None
     sbom_error: str | None
+    restricted: smoke_runner.SmokeResult | None = None
 
     @property
     def ok(self) -> bool:
-        return self.checked.ok and (self.smoked is None or self.smoked.ok) and self.sbom_error is None
+        return (self.checked.ok and (self.smoked is None or self.smoked.ok) and self.sbom_error is None
+                and (self.restricted is None or self.restricted.ok))
 
     def failures(self) -> list[str]:
         """One line per failed check or smoke case (the SBOM's failure is said on its own)."""
-        return self.checked.failures() + (self.smoked.failures() if self.smoked else [])
+        restricted = [f"restricted profile: {line}" for line in self.restricted.failures()] if self.restricted else []
+        return self.checked.failures() + (self.smoked.failures() if self.smoked else []) + restricted
 
 
 def run_image_tests(plan: Plan, flavours: list[Target], options: ImageTestOptions, reports_root: Path, *,
@@ -81,10 +90,15 @@ def run_image_tests(plan: Plan, flavours: list[Target], options: ImageTestOption
         finally:
             if scan is not None:
                 scan.stop()  # already done unless the smoke suite or the checks were cut short
+        restricted = None
+        if options.restricted and not options.tpu and not options.checks_only and not flavour.is_devel:
+            say(f"== {flavour.tag}: smoke suite ({', '.join(smoke_runner.RESTRICTED_CHECKS)}) under the restricted "
+                "profile")
+            restricted = smoke_runner.run_restricted(flavour, image, report_dir, on_line=on_smoke_line)
         sbom_error = None
         try:
             say(f"== {flavour.tag}: SBOM {sboms.write_report(plan, flavour, image, report_dir, say)}")
         except Failure as error:
             sbom_error = error.message
-        results.append(FlavourTested(flavour, checked, smoked, sbom_error))
+        results.append(FlavourTested(flavour, checked, smoked, sbom_error, restricted))
     return results

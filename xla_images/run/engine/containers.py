@@ -107,12 +107,26 @@ def _create_stopped(image: str):
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How to start a container: extra environment, and the TPU VM settings (privileged, host network, shm)."""
+    """How to start a container: extra environment, the TPU VM settings (privileged, host network, shm), and the
+    restricted ones (user, read-only root, tmpfs mounts, dropped capabilities, security options)."""
 
     environment: dict[str, str] = field(default_factory=dict)
     privileged: bool = False
     network_mode: str | None = None
     shm_size: str | None = None
+    user: str | None = None
+    read_only: bool = False
+    tmpfs: dict[str, str] = field(default_factory=dict)  # mount point -> mount options
+    cap_drop: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+
+    def create_kwargs(self) -> dict:
+        """The docker SDK's `containers.create` keywords (only those set: an engine sees what it always saw)."""
+        kwargs: dict = {"environment": self.environment, "privileged": self.privileged,
+                        "network_mode": self.network_mode, "shm_size": self.shm_size}
+        extra = {"user": self.user, "read_only": self.read_only, "tmpfs": self.tmpfs,
+                 "cap_drop": list(self.cap_drop), "security_opt": list(self.security_opt)}
+        return {**kwargs, **{key: value for key, value in extra.items() if value}}
 
 
 @dataclass(frozen=True)
@@ -130,9 +144,7 @@ def running_container(image: str, command: list[str], *, role: str,
     name = f"xla-images-{role}-{secrets.token_hex(6)}"
     try:
         container = connection.client().containers.create(
-            image, command=command, name=name, labels={CREATED_BY_LABEL: role},
-            environment=options.environment, privileged=options.privileged,
-            network_mode=options.network_mode, shm_size=options.shm_size)
+            image, command=command, name=name, labels={CREATED_BY_LABEL: role}, **options.create_kwargs())
         container.start()
         yield container.id
     except docker.errors.ImageNotFound:

@@ -7,6 +7,7 @@ it), removed when the session ends. Labels, env and history come from the engine
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from typing import Any, Iterator
@@ -16,6 +17,7 @@ import testinfra
 
 from xla_images import abi, resources
 from xla_images.abi.standalone import write_zipapp
+from xla_images.model import running
 from xla_images.model.flavour import COMPANIONS
 from xla_images.model.target import Target
 from xla_images.model.lockfile import constraints_digest
@@ -300,3 +302,119 @@ def test_no_credentials_in_metadata(target: CheckTarget, labels: dict[str, str],
     history = engine.images.image_history(target.image)
     found = checks.scan_metadata(labels, list(image_attrs["Config"].get("Env") or []), history)
     assert not found, "credentials in labels, env or history: " + "; ".join(map(str, found))
+
+
+# --- users: any UID, the image's user, the restricted profile (docs/running.md) -------------------------------
+
+# Who runs the probe: (id, profile). 12345 has no passwd entry; 12345:12345 is outside group 0, so HOME and the
+# caches move under /tmp; 1000 is the image's user; `restricted` adds a read-only root, a tmpfs /tmp, no
+# capabilities, no-new-privileges and no network (model.running, the profile `build.py test` and `run-spec` use).
+RUN_AS = {
+    "uid-gid0": running.RunProfile("uid-gid0", user=f"{running.ARBITRARY_UID}:0"),
+    "uid-own-group": running.RunProfile("uid-own-group", user=f"{running.ARBITRARY_UID}:{running.ARBITRARY_UID}"),
+    "image-user": running.RunProfile("image-user", user=str(running.IMAGE_UID)),
+    "restricted": running.restricted_profile(),
+}
+# Imports torch_xla, computes on the XLA device, writes into HOME and each cache, runs xla-images-check; one JSON
+# line. getpass.getuser() is what torch's inductor cache asks (KeyError for a UID without a name, without the hook).
+USER_PROBE = """
+import getpass, json, os, subprocess, sys
+import torch, torch_xla
+import torch_xla.core.xla_model as xm
+device = torch_xla.device() if hasattr(torch_xla, 'device') else xm.xla_device()
+value = float((torch.ones(2, 2, device=device) * 3).sum().item())
+written = {}
+for name in ('HOME', 'XDG_CACHE_HOME', 'TORCHINDUCTOR_CACHE_DIR'):
+    path = os.environ.get(name, '')
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, '.xla-images-probe'), 'w') as handle:
+            handle.write('ok')
+        written[name] = path
+    except OSError as error:
+        written[name] = 'unwritable: %s' % error
+check = subprocess.run(['xla-images-check', '--json'], capture_output=True, text=True)
+print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'user': getpass.getuser(), 'value': value,
+                  'written': written, 'check_rc': check.returncode, 'check': check.stdout[-2000:] + check.stderr[-800:]}))
+"""
+# Setuid/setgid files, world-writable paths, and what /tmp and HOME hold, in a fresh container: one JSON line.
+# Only the root filesystem (the image's layers): /proc, /sys, /dev and the engine's mounts are other devices.
+FILESYSTEM_PROBE = """
+import json, os, stat, sys
+home = sys.argv[1]
+root_dev = os.lstat('/').st_dev
+setid, world = [], []
+for top, dirs, files in os.walk('/'):
+    dirs[:] = [d for d in dirs if os.lstat(os.path.join(top, d)).st_dev == root_dev]
+    for name in dirs + files:
+        path = os.path.join(top, name)
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            continue
+        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+            setid.append(path)
+        if mode & stat.S_IWOTH:
+            world.append([path, bool(mode & stat.S_ISVTX) and stat.S_ISDIR(mode)])
+stray = {where: sorted(os.listdir(where)) if os.path.isdir(where) else None for where in ('/tmp', home)}
+print(json.dumps({'setid': setid, 'world': world, 'stray': stray}))
+"""
+# World-writable directories allowed: the FHS temporary and lock directories, each with the sticky bit.
+TEMP_DIRS = ("/tmp", "/var/tmp", "/run/lock")
+
+
+def _probe_json(output: str) -> dict[str, Any]:
+    lines = [line for line in output.strip().splitlines() if line.startswith("{")]
+    assert lines, f"the probe printed no result: {output.strip()[-1500:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="session")
+def filesystem(target: CheckTarget) -> dict[str, Any]:
+    outcome = engine.containers.run_container(target.image, ["python", "-c", FILESYSTEM_PROBE,
+                                                             running.HOME_ENV["HOME"]], role="checks", timeout=600)
+    assert outcome.exit_code == 0, f"the filesystem probe failed (exit {outcome.exit_code}): {outcome.output[-1500:]}"
+    return _probe_json(outcome.output)
+
+
+def test_no_setuid_or_setgid_files(filesystem: dict[str, Any]) -> None:
+    assert not filesystem["setid"], f"setuid/setgid files in the image: {filesystem['setid'][:20]}"
+
+
+def test_nothing_world_writable(filesystem: dict[str, Any]) -> None:
+    found = [path for path, sticky_dir in filesystem["world"] if not (path in TEMP_DIRS and sticky_dir)]
+    assert not found, f"world-writable outside {', '.join(TEMP_DIRS)} (sticky): {found[:20]}"
+
+
+def test_no_stray_files_in_tmp_or_home(filesystem: dict[str, Any]) -> None:
+    stray = {where: entries for where, entries in filesystem["stray"].items() if entries}
+    assert not stray, f"the image leaves files behind: {stray}"
+    assert filesystem["stray"][running.HOME_ENV["HOME"]] is not None, f"{running.HOME_ENV['HOME']} is missing"
+
+
+def test_image_user(image_attrs: dict[str, Any], image_env: dict[str, str], host: testinfra.host.Host) -> None:
+    """The image's user exists (UID 1000, group 0, its HOME), its home is group-0 writable, and HOME and the
+    caches are the documented ones."""
+    user = host.user(running.IMAGE_USER)
+    assert user.exists and (user.uid, user.gid, user.home) == (running.IMAGE_UID, running.IMAGE_GID,
+                                                               running.HOME_ENV["HOME"]), (user.uid, user.gid)
+    home = host.file(running.HOME_ENV["HOME"])
+    assert home.is_directory and home.uid == running.IMAGE_UID and home.gid == 0 and home.mode & 0o070 == 0o070
+    wrong = {key: image_env.get(key) for key, value in running.HOME_ENV.items() if image_env.get(key) != value}
+    assert not wrong, f"HOME/cache environment differs from model.running.HOME_ENV: {wrong}"
+
+
+@pytest.mark.parametrize("who", list(RUN_AS))
+def test_runs_as(who: str, target: CheckTarget) -> None:
+    """torch_xla imports and computes on XLA, HOME and the caches are writable, xla-images-check passes."""
+    profile = RUN_AS[who]
+    options = smoke_runner.options_for(dataclasses.replace(
+        profile, environment={"PJRT_DEVICE": "CPU", **profile.environment}))
+    outcome = engine.containers.run_container(target.image, ["python", "-c", USER_PROBE], role="checks",
+                                              options=options, timeout=900)
+    assert outcome.exit_code == 0, f"as {profile.user} (exit {outcome.exit_code}): {outcome.output.strip()[-2000:]}"
+    found = _probe_json(outcome.output)
+    assert found["value"] == 12.0, found
+    assert found["uid"] == profile.uid, found
+    unwritable = {name: path for name, path in found["written"].items() if path.startswith("unwritable")}
+    assert not unwritable, f"as {profile.user}: {unwritable}"
+    assert found["check_rc"] == 0, f"xla-images-check as {profile.user}: {found['check']}"
