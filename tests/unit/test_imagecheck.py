@@ -479,7 +479,7 @@ def test_what_cannot_be_read_is_one_line_exit_2(constraints: Path, tmp_path: Pat
         rule, words = "check-venv", ("leads out of the venv",)
     else:
         extra = ["--abi", "banana"]
-        words = ("banana",)
+        rule, words = "check-usage", ("banana",)
     result = check(venv, constraints, *extra, tool_path=tool_path)
     assert_exit_2(result, rule, *words)
 

@@ -267,7 +267,7 @@ def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_
     """Every check; bad input raises ConfigError (exit 2), problems are in the result (exit 1)."""
     started = time.monotonic()
     if expected_abi is not None and expected_abi not in ABIS:
-        raise ConfigError(f"the expected ABI {expected_abi!r} is neither of {', '.join(ABIS)}", rule=RULE_FACTS,
+        raise ConfigError(f"the expected ABI {expected_abi!r} is neither of {', '.join(ABIS)}", rule="check-usage",
                           hint="XLA_IMAGES_ABI (or --abi) is cxx11 or pre-cxx11, as the image sets it")
     tag, pins = read_pins(constraints)
     site = site_packages_of(venv, image_tree)
