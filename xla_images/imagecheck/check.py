@@ -270,6 +270,7 @@ def check_image(venv: Path, constraints: Path, expected_abi: str | None, *, run_
         raise ConfigError(f"the expected ABI {expected_abi!r} is neither of {', '.join(ABIS)}", rule="check-usage",
                           hint="XLA_IMAGES_ABI (or --abi) is cxx11 or pre-cxx11, as the image sets it")
     tag, pins = read_pins(constraints)
+    venv = Path(os.path.abspath(venv))  # the children run elsewhere (their own scratch directory)
     site = site_packages_of(venv, image_tree)
     python = python_of(venv)
     distributions = sitedata.find_distributions(site)

@@ -34,7 +34,11 @@ for name in json.loads(sys.argv[2]):
     try:
         importlib.import_module(name)
     except BaseException as error:
-        say("fail", name, type(error).__name__, str(error)[:4000])
+        words, cause = [str(error)], error.__cause__ or error.__context__
+        while cause is not None and len(words) < 4:  # "Could not load this library" <- the loader's own words
+            words.append("%s: %s" % (type(cause).__name__, cause))
+            cause = cause.__cause__ or cause.__context__
+        say("fail", name, type(error).__name__, " <- ".join(words)[:4000])
     else:
         say("ok", name)
 torch = sys.modules.get("torch")
