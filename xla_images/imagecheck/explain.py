@@ -50,8 +50,8 @@ def static_evidence(site: Path, modules: list[str], image_tree: Path) -> list[st
     """What abi's reading of the failing modules' extensions adds (empty when it finds nothing or cannot run)."""
     try:
         report = abi.check_site_packages(site, also_inside=(image_tree,) if image_tree.is_dir() else ())
-    except (XlaImagesError, OSError):
-        return []
+    except (XlaImagesError, OSError, ValueError):
+        return []  # the explanation is extra: its absence changes no verdict
     words = []
     roots = tuple(os.path.join(str(site), module) for module in modules)
     for extension in report.extensions:

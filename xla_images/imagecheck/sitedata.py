@@ -76,7 +76,7 @@ def read_bounded(path: Path, limit: int, *, stop: bytes | None = None) -> bytes:
     nothing a package installs legitimately is that large, and holding it whole could exhaust memory."""
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
-        raise OSError(f"{path} is not a regular file")
+        raise OSError("not a regular file")
     pieces, size = [], 0
     with open(path, "rb") as handle:
         while True:
@@ -88,7 +88,7 @@ def read_bounded(path: Path, limit: int, *, stop: bytes | None = None) -> bytes:
             if stop is not None and stop in b"".join(pieces[-2:]):
                 return b"".join(pieces)
             if size > limit:
-                raise OSError(f"{path} is larger than {limit} bytes{' before its headers end' if stop else ''}")
+                raise OSError(f"larger than {limit} bytes{' before its headers end' if stop else ''}")
 
 
 def parse_headers(data: bytes) -> dict[str, list[str]]:
@@ -231,9 +231,13 @@ def shared_objects(site: Path, image_tree: str) -> tuple[list[str], list[str]]:
     when they stay inside site or lead into the image's own tree; file links likewise."""
     roots = (os.path.realpath(site), os.path.realpath(image_tree))
     found, not_elf, walked = [], [], 0
-    stack = [str(site)]
+    stack, seen = [str(site)], set()
     while stack:
         directory = stack.pop()
+        real = os.path.realpath(directory)
+        if real in seen:
+            continue  # a link back to a directory already walked: a cycle, or two names for one tree
+        seen.add(real)
         try:
             entries = list(os.scandir(directory))
         except OSError:
