@@ -432,6 +432,20 @@ def test_a_shared_object_nothing_imports_is_information(constraints: Path, tmp_p
 
 
 @needs_system_python
+def test_links_are_followed_inside_the_tree_once_and_never_out(constraints: Path, tmp_path: Path) -> None:
+    """A link cycle inside site-packages is walked once; a link out of it (to /usr/lib) is not walked at all."""
+    venv = crafted_venv(tmp_path / "venv")
+    site = site_of(venv)
+    (site / "cycle").mkdir()
+    (site / "cycle" / "back").symlink_to(site)
+    (site / "outside").symlink_to("/usr/lib")
+    result = check(venv, constraints, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    information = json.loads(result.stdout)["information"]
+    assert information["not_elf"] == ["torch/_C.so"] and information["not_loaded"] == []
+
+
+@needs_system_python
 @pytest.mark.parametrize("broken", ["no-venv", "no-constraints", "constraints-without-torch", "binary-constraints",
                                     "two-sites", "torch-pinned-twice", "dangling-python", "metadata-is-a-fifo",
                                     "metadata-is-a-directory", "huge-metadata", "site-is-a-link-out", "abi-banana"])
