@@ -371,9 +371,13 @@ def test_no_site_packages_code_runs_in_the_checker_or_its_requirements_step(cons
 def test_a_pth_that_ends_python_fails_the_check_instead_of_ending_it(constraints: Path, tmp_path: Path) -> None:
     venv = crafted_venv(tmp_path / "venv")
     (site_of(venv) / "evil.pth").write_text("import os; os._exit(0)\n")
+    add_dist(site_of(venv), "needs-missing", "1.0", requires=("xla-images-no-such-package",))
     result = check(venv, constraints, "--json")
     assert result.returncode == 1, result.stdout + result.stderr
-    (problem,) = problems_of(result)
+    # The requirements are still read (the .pth made `pip check` exit 0 with no output before), then the imports.
+    requirement, problem = problems_of(result)
+    assert requirement == ("unsatisfied requirement: needs-missing 1.0 requires xla-images-no-such-package, "
+                           "which is not installed.")
     assert "before it imported anything" in problem and "exit 0" in problem
     assert "evil.pth" in json.loads(result.stdout)["information"]["pth_files"]
 
@@ -492,9 +496,9 @@ def test_what_cannot_be_read_is_one_line_exit_2(constraints: Path, tmp_path: Pat
         site.symlink_to("/")
         rule, words = "check-venv", ("leads out of the venv",)
     else:
-        extra = ["--abi", "banana"]
         rule, words = "check-usage", ("banana",)
-    result = check(venv, constraints, *extra, tool_path=tool_path)
+    environment = {**os.environ, "XLA_IMAGES_ABI": "banana"} if broken == "abi-banana" else None
+    result = check(venv, constraints, *extra, tool_path=tool_path, env=environment)
     assert_exit_2(result, rule, *words)
 
 
