@@ -222,7 +222,7 @@ def native_modules(distributions: list[Distribution], site: Path, shared: list[s
     return sorted(packages, key=lambda module: (module != "torch", module)) + sorted(files - packages)
 
 
-def import_problems(result: CheckResult, loaded: loading.Loading, site: Path, image_tree: Path) -> list[Problem]:
+def import_problems(loaded: loading.Loading, site: Path, image_tree: Path) -> list[Problem]:
     """A problem per module that did not import, with the loader's evidence and the static reader's."""
     if loaded.startup:
         return [Problem("import", loaded.startup)]
@@ -255,7 +255,7 @@ def _import_step(result: CheckResult, python: Path, distributions: list[Distribu
     result.not_loaded = [os.path.relpath(path, site) for path in shared
                          if os.path.realpath(path) not in loaded.mapped and path not in result.not_elf]
     result.not_elf = [os.path.relpath(path, site) for path in result.not_elf]
-    result.problems += import_problems(result, loaded, site, image_tree)
+    result.problems += import_problems(loaded, site, image_tree)
     if expected_abi and result.torch_abi and result.torch_abi != expected_abi:
         result.problems.append(Problem("abi", f"torch's libraries use the {result.torch_abi} ABI, the image is "
                                               f"{expected_abi} (XLA_IMAGES_ABI)"))
