@@ -257,7 +257,8 @@ CATALOGUE: tuple[Rule, ...] = (
     # --- xla-images-check, inside every image ---
     Rule("check-facts", "xla-images-check cannot tell which flavour the image is (no constraints file, or no torch pin in it)", DERIVED_CHECK, "run it in an image built by xla-images, and keep /opt/xla-images/constraints.txt"),
     Rule("check-venv", "xla-images-check found no venv where the image's should be", DERIVED_CHECK, "keep /opt/venv, or pass --venv PATH"),
-    Rule("check-elf", "a .so in the venv is not an ELF shared object", DERIVED_CHECK, "remove or rebuild the file named"),
+    Rule("check-metadata", "xla-images-check cannot read an installed distribution's metadata (unreadable, not a file, or larger than any real one)", DERIVED_CHECK, "reinstall the package named (`pip install --force-reinstall`), or remove its .dist-info/.egg-info"),
+    Rule("check-usage", "xla-images-check was given an option it does not know or a value it cannot use", DERIVED_CHECK, "see `xla-images-check --help`; --abi and XLA_IMAGES_ABI are cxx11 or pre-cxx11"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in CATALOGUE}

@@ -15,7 +15,7 @@ from pathlib import Path
 from ...generate.plan import check_tool_sources
 from ...names import VENV
 
-SHEBANG = f"#!{VENV}/bin/python -I\n"
+SHEBANG = f"#!{VENV}/bin/python -IS\n"
 _MAIN = "import sys\nfrom xla_images.imagecheck.cli import main\nsys.exit(main())\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
