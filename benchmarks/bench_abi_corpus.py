@@ -27,6 +27,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -49,6 +50,7 @@ TRUTH = ROOT / "benchmarks" / "abi_corpus" / "truth.json"
 RUN_TIMEOUT = 300
 BUILD_TIMEOUT = 1800
 UNCERTAIN = getattr(abi, "UNCERTAIN", "uncertain")
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 # The per-mix verdict is the most severe of its judged extensions'.
 ORDER = (abi.MISSING_LIBRARY, abi.ABI_MISMATCH, abi.PYTHON_MISMATCH, abi.VERSION_MISMATCH, abi.ABI_LAYOUT,
          abi.PYBIND11_MISMATCH, UNCERTAIN, abi.PIN_MISMATCH, abi.COMPATIBLE)
@@ -153,7 +155,9 @@ def run_probe(view: Path, probe: str) -> tuple[str, str, float]:
     if completed.returncode == 0 and completed.stdout.strip().endswith("PROBE-OK"):
         return "works", "", seconds
     lines = [line.strip() for line in completed.stderr.splitlines() if line.strip() and "Warning" not in line]
-    last = (lines[-1] if lines else f"exit {completed.returncode}")[:240]
+    # the exception's own line, not the tail of a many-line message (a dispatcher error lists every key)
+    raised = [line for line in lines if EXCEPTION_LINE.match(line)]
+    last = (raised[-1] if raised else lines[-1] if lines else f"exit {completed.returncode}")[:240]
     if completed.returncode < 0:
         return "crashes", f"{signal.Signals(-completed.returncode).name}: {last}"[:240], seconds
     imported = "IMPORTED" in completed.stdout
@@ -228,6 +232,8 @@ def write_truth(rows_file: Path, truth: Path) -> None:
     rows = [json.loads(line) for line in rows_file.read_text().splitlines() if line.strip()]
     rows = sorted({(row["torch"], row["package"], row["version"]): row for row in rows}.values(),
                   key=lambda row: (row["torch"], row["package"], _key(row["built_for"])))
+    for row in rows:  # the scratch view's path says nothing: "SITE/torchao/_C.abi3.so: undefined symbol: ..."
+        row["message"] = re.sub(r"/\S*?/abi-corpus-[^/]+/site/", "SITE/", row["message"])
     truth.write_text(json.dumps([{field: row[field] for field in fields} for row in rows], indent=1) + "\n")
 
 
@@ -265,12 +271,20 @@ def judge(arguments: argparse.Namespace, corpus: dict) -> None:
             if (not arguments.releases or row["torch"] in arguments.releases)
             and (not arguments.packages or row["package"] in arguments.packages)]
     seconds = []
+    cache = _judged_cache(arguments.judged)
     for row in rows:
         spec = corpus["packages"][row["package"]]
-        with tempfile.TemporaryDirectory(prefix="abi-corpus-") as scratch:
-            view, _ = mix_view(row["torch"], row["package"], row["version"], corpus, Path(scratch))
-            row["verdict"], row["why"], took, _ = check_mix(view, spec["judge"])
-            seconds.append(took)
+        key = (row["torch"], row["package"], row["version"])
+        if key in cache:  # judged by this code before (--judged): verdict, why, seconds
+            row["verdict"], row["why"], took = cache[key]
+        else:
+            with tempfile.TemporaryDirectory(prefix="abi-corpus-") as scratch:
+                view, _ = mix_view(row["torch"], row["package"], row["version"], corpus, Path(scratch))
+                row["verdict"], row["why"], took, _ = check_mix(view, spec["judge"])
+            if arguments.judged:
+                with open(arguments.judged, "a") as handle:
+                    handle.write(json.dumps([*key, row["verdict"], row["why"], took]) + "\n")
+        seconds.append(took)
         kind = classify(row["verdict"], row["outcome"])
         print(f"{row['torch']} {row['package']} {row['version']} (for {row['built_for']}): {row['outcome']} | "
               f"{row['verdict']} -> {kind} {row['why'][:160]}", file=sys.stderr, flush=True)
@@ -334,6 +348,13 @@ def _reduced(view: Path, extension: abi.ExtensionCheck, report: abi.CheckReport)
                                                                        in defines.items()}}
 
 
+def _judged_cache(path: str | None) -> dict[tuple[str, str, str], tuple[str, str, float]]:
+    if not path or not Path(path).exists():
+        return {}
+    items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return {(item[0], item[1], item[2]): (item[3], item[4], item[5]) for item in items}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("measure", "judge", "table", "extract"))
@@ -345,6 +366,8 @@ def main() -> None:
     parser.add_argument("--write-truth", action="store_true", help="measure/table: write truth.json from --out")
     parser.add_argument("--truth", default=str(TRUTH))
     parser.add_argument("--json", action="store_true", help="judge: print the judged rows as JSON")
+    parser.add_argument("--judged", help="judge: JSON lines of verdicts already given by this code (appended; a "
+                                          "cache for re-runs while nothing in abi/ changed)")
     arguments = parser.parse_args()
     corpus = load_corpus()
     if arguments.mode == "measure":
