@@ -342,10 +342,51 @@ def _reduced(view: Path, extension: abi.ExtensionCheck, report: abi.CheckReport)
     needed = [name for name in own.needed if name in torch_libraries]
     for name in needed:
         defines.setdefault(name, [])
+    strings, headers = _header_fingerprint(view / extension.path, view / "torch" / "include")
+    python = view / "torch" / "lib" / "libtorch_python.so"
     return {"extension": extension.path, "distribution": extension.distribution,
             "requires_torch": extension.requires_torch, "torch_version": report.torch_version,
             "needed": needed, "undefined": undefined, "torch_defines": {name: sorted(set(symbols)) for name, symbols
-                                                                       in defines.items()}}
+                                                                       in defines.items()},
+            "torch_needed": {name: [item for item in torch_libraries[name].needed if item in defines]
+                             for name in defines if any(item in defines for item in torch_libraries[name].needed)},
+            "defines": sorted(name for name in own.defined if TORCH_TYPEINFO.match(name)),
+            "strings": strings, "include": headers,
+            "pybind11": {"extension": _pybind11(view / extension.path),
+                         "torch": _pybind11(python) if python.exists() else None}}
+
+
+# What headers.py and check._with_pybind11 read of a binary besides its symbols: assertion sites (the stringized
+# condition, NUL before it, and the message), pybind11's internals id, torch types' typeinfo.
+ASSERTION = re.compile(rb'[^\x00]{0,1024} INTERNAL ASSERT FAILED at "[^"\x00\n]{1,512}":[0-9]{1,7}, please report a bug')
+PYBIND11 = re.compile(rb"__pybind11_internals_v[0-9]+[A-Za-z0-9_]*__")
+TORCH_TYPEINFO = re.compile(r"^_ZTIN(?:3c10|2at|5torch|4c10d|6caffe2)[0-9]")
+CONTEXT_LINES = 40  # header lines kept around each site: DRIFT_LINES and the lines a condition may wrap onto
+
+
+def _header_fingerprint(binary: Path, include: Path) -> tuple[list[str], dict[str, dict]]:
+    """The binary's assertion-site strings, and of each header they name the lines of this torch's copy around
+    the sites (the rest of the file is not needed: the rule reads the lines near each site)."""
+    data = binary.read_bytes()
+    strings = sorted({match.group(0).decode("latin-1") for match in ASSERTION.finditer(data)})
+    headers: dict[str, dict] = {}
+    for text in strings:
+        found = re.search(r'at "(?:.*?/)?(?:torch/include/|aten/src/)?((?:ATen|c10|torch|caffe2)/[^"]+)":([0-9]+)',
+                          text)
+        path = include / found.group(1) if found else None
+        if path is None or not path.is_file():
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        entry = headers.setdefault(found.group(1), {"count": len(lines), "lines": {}})
+        line = int(found.group(2))
+        for number in range(max(1, line - CONTEXT_LINES), min(len(lines), line + CONTEXT_LINES) + 1):
+            entry["lines"][str(number)] = lines[number - 1]
+    return strings, headers
+
+
+def _pybind11(binary: Path) -> str | None:
+    found = PYBIND11.search(binary.read_bytes())
+    return found.group(0).decode("ascii") if found else None
 
 
 def _judged_cache(path: str | None) -> dict[tuple[str, str, str], tuple[str, str, float]]:

@@ -43,19 +43,39 @@ def _label(name: str) -> str:
     return name
 
 
-def _defining(symbols: list[str]) -> str:
+def _defining(symbols: list[str], strings: list[str] = ()) -> str:
     lines = [f'void d{index}(void) __asm__("{_label(name)}");\nvoid d{index}(void) {{}}'
              for index, name in enumerate(symbols)]
-    return "\n".join(lines) + "\nint xla_images_tiny_library;\n"
+    return "\n".join(lines) + _strings(strings) + "\nint xla_images_tiny_library;\n"
 
 
-def _referencing(undefined: list[list]) -> str:
+def _strings(strings: list[str]) -> str:
+    """Strings kept in .rodata, each after a NUL (as the compiler lays out string literals): what headers.py reads
+    (assertion sites, pybind11's internals id). Octal escapes: any byte, and never more than three digits."""
+    return "".join("\n__attribute__((used)) static const char s%d[] = \"%s\";" % (
+        index, "".join(f"\\{byte:03o}" for byte in text.encode("latin-1"))) for index, text in enumerate(strings))
+
+
+def _referencing(undefined: list[list], defines: list[str], strings: list[str]) -> str:
     """References that stay undefined in the object: one function declaration per symbol (weak where the real one
-    is weak), their addresses kept in an exported table."""
+    is weak), their addresses kept in an exported table; the torch typeinfo it defines; its strings."""
     lines = [f'extern void u{index}(void){" __attribute__((weak))" if weak else ""} __asm__("{_label(name)}");'
              for index, (name, weak) in enumerate(undefined)]
     table = ", ".join(f"(void *)&u{index}" for index in range(len(undefined)))
-    return "\n".join(lines) + f"\nvoid *xla_images_references[] = {{{table}}};\n"
+    own = "".join(f'\nvoid e{index}(void) __asm__("{_label(name)}");\nvoid e{index}(void) {{}}'
+                  for index, name in enumerate(defines))
+    return "\n".join(lines) + f"\nvoid *xla_images_references[] = {{{table}}};\n" + own + _strings(strings) + "\n"
+
+
+def _include(site: Path, headers: dict) -> None:
+    """torch/include with the lines of each header the rule reads (around the sites), blank elsewhere."""
+    for header, entry in headers.items():
+        lines = [""] * entry["count"]
+        for number, text in entry["lines"].items():
+            lines[int(number) - 1] = text
+        path = site / "torch" / "include" / header
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
 
 
 def _dist_info(site: Path, name: str, version: str, requires: str | None, files: list[str]) -> None:
@@ -72,12 +92,25 @@ def tiny_site(sample: dict, root: Path) -> Path:
     library, the extension needing those libraries and referencing its symbols, both dist-infos."""
     site = root / "site-packages"
     library = site / "torch" / "lib"
-    for name, symbols in sample["torch_defines"].items():
-        _compile(_defining(symbols), library / name, f"-Wl,-soname,{name}")
+    pybind11 = sample.get("pybind11") or {}
+    libraries = dict(sample["torch_defines"])
+    if pybind11.get("torch"):
+        libraries.setdefault("libtorch_python.so", [])
+    # twice: then each library can link the torch libraries it needs (libtorch_cpu.so -> libgomp-*.so.1: the
+    # extension binds OpenMP through that closure, torch._C being loaded RTLD_LOCAL)
+    for needs in ({}, sample.get("torch_needed", {})):
+        for name, symbols in libraries.items():
+            strings = [pybind11["torch"]] if name == "libtorch_python.so" and pybind11.get("torch") else []
+            links = [f"-l:{item}" for item in needs.get(name, [])]
+            if links or not needs:
+                _compile(_defining(symbols, strings), library / name, f"-Wl,-soname,{name}", f"-L{library}",
+                         "-Wl,--no-as-needed", *links)
     _dist_info(site, "torch", sample["torch_version"], None, [])
+    _include(site, sample.get("include", {}))
     links = [f"-l:{name}" for name in sample["needed"]]
-    _compile(_referencing(sample["undefined"]), site / sample["extension"], f"-L{library}", "-Wl,--no-as-needed",
-             *links)
+    strings = [*sample.get("strings", []), *([pybind11["extension"]] if pybind11.get("extension") else [])]
+    _compile(_referencing(sample["undefined"], sample.get("defines", []), strings), site / sample["extension"],
+             f"-L{library}", "-Wl,--no-as-needed", *links)
     if sample["distribution"]:
         name, _, version = sample["distribution"].partition(" ")
         _dist_info(site, name, version, sample["requires_torch"], [sample["extension"]])
