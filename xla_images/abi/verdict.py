@@ -216,8 +216,8 @@ def _uncertain_lines(group: Sequence[ExtensionCheck], this: str) -> list[str]:
             pinned.setdefault((extension.distribution, extension.requires_torch), []).append(extension.path)
     lines.extend(f"{distribution} ({some(paths)}) requires torch=={requires}, this is {this}: its symbols resolve, "
                  f"but it was compiled against another torch release's headers (layouts, inline code, operator "
-                 f"schemas), which symbols cannot check: such mixes crash or work" for (distribution, requires), paths
-                 in pinned.items())
+                 f"schemas), which symbols cannot check: it may crash registering its operators, or work"
+                 for (distribution, requires), paths in pinned.items())
     lines.extend(f"{extension.path} imports, but {extension.pybind11_evidence}: pybind11 fails where a call converts "
                  f"one of them, and works where none is converted" for extension in group
                  if extension.pybind11_evidence and not (extension.other_headers or extension.pinned_elsewhere))

@@ -145,5 +145,6 @@ def _print_check(console: Console, report: abi_tools.CheckReport) -> None:
         if len(not_in_torch) > MISSING_SHOWN:
             console.print(f"... and {len(not_in_torch) - MISSING_SHOWN} more (--json lists all)")
     cautious = report.needs_cuda_unavailable or report.verdict == abi_tools.PIN_MISMATCH
-    style = ("yellow" if cautious else "green") if report.compatible else "red"
+    style = ("yellow" if cautious else "green") if report.compatible else \
+        "yellow" if report.verdict == abi_tools.UNCERTAIN else "red"
     console.print(f"[{style}]{escape(report.summary)}[/{style}]", highlight=False)
