@@ -17,7 +17,8 @@ release pair: agree, false alarm (a definite mismatch where the mix works), miss
 uncertain (works / breaks).
 
 The torch site is the host venv's (torch 2.9.0 and its nvidia-* CUDA 12 libraries, read only); other releases
-replace torch, as benchmarks/abi_mixes.py does, from wheels cached in $XLA_IMAGES_TEST_WHEELS. torch 2.6-2.8 run on
+replace torch, as benchmarks/abi_mixes.py does, from wheels cached in $XLA_IMAGES_TEST_WHEELS (default
+~/.cache/xla-images/test-wheels; ~3.5 GB of wheels, ~8 GB with the installed overlays). torch 2.6-2.8 run on
 2.9's CUDA 12.8 libraries (CUDA 12 minor versions are compatible; nothing here touches a GPU).
 """
 from __future__ import annotations
@@ -40,7 +41,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-os.environ.setdefault("XLA_IMAGES_TEST_WHEELS", "/work/corpus_wheels")
 
 import abi_mixes  # noqa: E402
 from xla_images import abi  # noqa: E402
