@@ -435,7 +435,7 @@ def run_mix(mix: Mix, scratch: Path) -> Outcome:
     seconds_real = time.perf_counter() - started
     verdicts = {item.verdict for item in extensions}
     order = (abi.MISSING_LIBRARY, abi.ABI_MISMATCH, abi.ABI_LAYOUT, abi.PYTHON_MISMATCH, abi.VERSION_MISMATCH,
-             abi.PYBIND11_MISMATCH, abi.PIN_MISMATCH)
+             abi.PYBIND11_MISMATCH, abi.UNCERTAIN, abi.PIN_MISMATCH)
     predicted = next((verdict for verdict in order if verdict in verdicts), abi.COMPATIBLE)
     missing = sorted({item.symbol for extension in extensions for item in extension.missing})
     pins = sorted({f"{item.distribution} pins torch=={item.requires_torch}" for item in extensions

@@ -249,6 +249,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("prune-options", "--keep or --older-than is out of range", PRUNE, "--keep 3 --older-than 14"),
     # --- the ABI tooling ---
     Rule("abi-compatible", "extensions in the image would not load against its torch", ABI, "install the torch_xla/torchvision release built for this torch and ABI"),
+    Rule("abi-uncertain", "every symbol binds, but a heuristic (torch pin, other headers, pybind11 internals) doubts the extension works; exit 3", ABI, "try the import and one call of the extension beside this torch"),
     Rule("abi-elf-readable", "a file is not a readable ELF shared object", ABI, "point at a .so, a wheel, a site-packages or an image"),
     Rule("abi-image-reference", "an argument is neither a path nor an image reference", ABI, "build.py abi check xla-images:r2.9.0_3.11_tpuvm"),
     Rule("abi-input", "the ABI tool was given input it cannot use", ABI, "python abi.pyz check PATH (see --help)"),

@@ -628,15 +628,17 @@ def add_distribution(site: Path, name: str, version: str, files: list[str], requ
 
 
 @pytest.mark.parametrize(("requires", "expected"), [
-    ("torch==2.8.0", abi.VERSION_MISMATCH),
-    ("torch (==2.8.0)", abi.VERSION_MISMATCH),  # the older metadata spelling (torchaudio 2.8)
+    # issue 42: pinned to another X.Y, every symbol binding, is measured to crash (torchvision 0.23.0 beside torch
+    # 2.9.0) and to work (benchmarks/abi_corpus): uncertain, exit 3
+    ("torch==2.8.0", abi.UNCERTAIN),
+    ("torch (==2.8.0)", abi.UNCERTAIN),  # the older metadata spelling (torchaudio 2.8)
     ("torch==2.9.0", abi.COMPATIBLE),
     ("torch==2.9.1", abi.PIN_MISMATCH),  # another patch release of 2.9: loads (torchvision 0.22.1 beside 2.7.0)
     ("torch>=2.0", abi.COMPATIBLE),
     ('torch==2.8.0; extra == "legacy"', abi.COMPATIBLE),
     (None, abi.COMPATIBLE),
 ])
-def test_extension_pinned_to_another_torch_is_a_version_mismatch_though_its_symbols_resolve(
+def test_extension_pinned_to_another_torch_is_uncertain_though_its_symbols_resolve(
         built: Path, tmp_path: Path, requires: str | None, expected: str) -> None:
     site = make_site(tmp_path, built, torch_cxx11=True, extension_cxx11=True, plugin=True).path
     add_distribution(site, "torch", "2.9.0+cpu", [], None)
@@ -646,10 +648,11 @@ def test_extension_pinned_to_another_torch_is_a_version_mismatch_though_its_symb
     (plugin,) = [item for item in report.extensions if item.path == "plugin/_ops.so"]
     assert plugin.verdict == expected and not plugin.missing and plugin.distribution == "plugin 1.0"
     assert report.verdict == expected
-    if expected == abi.VERSION_MISMATCH:
+    if expected == abi.UNCERTAIN:
         assert plugin.requires_torch == "2.8.0" and "requires torch==2.8.0" in report.summary
         assert "symbols resolve" in report.summary and "torch 2.9.0+cpu" in report.summary
-        assert run_standalone("check", str(site)).returncode == 1
+        assert report.summary.startswith("uncertain: ") and plugin.pinned_elsewhere
+        assert run_standalone("check", str(site)).returncode == abi.EXIT_UNCERTAIN == 3
     if expected == abi.PIN_MISMATCH:
         assert "pin mismatch" in report.summary and "pip would refuse" in report.summary
         assert run_standalone("check", str(site)).returncode == 0
@@ -722,6 +725,13 @@ def test_a_mixed_site_takes_the_most_severe_verdict_and_says_each_extension_in_i
     verdict, summary = abi.site_verdict([layout, other, versioned], abi.CXX11, "2.9.0")
     assert verdict == abi.ABI_MISMATCH
     assert all(path in summary for path in ("lay/_C.so", "oth/_C.so", "old/_C.so")), summary
+    # issue 42: an uncertain extension never outranks a definite mismatch, and alone it is the site's verdict
+    doubted = abi.ExtensionCheck("doubt/_C.so", abi.CXX11, abi.UNCERTAIN, 10,
+                                 pybind11_evidence="its pybind11 internals (v4) are not torch's (v5)")
+    verdict, summary = abi.site_verdict([doubted, versioned], abi.CXX11, "2.9.0")
+    assert verdict == abi.VERSION_MISMATCH and "doubt/_C.so imports, but its pybind11 internals (v4)" in summary
+    verdict, summary = abi.site_verdict([doubted], abi.CXX11, "2.9.0")
+    assert verdict == abi.UNCERTAIN and summary.startswith("uncertain: doubt/_C.so") and "works where" in summary
 
 
 # --- the loader model ---------------------------------------------------------------------------------------------

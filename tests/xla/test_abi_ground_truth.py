@@ -285,7 +285,9 @@ def test_check_command_exits_0_for_a_pin_mismatch_and_1_for_a_mismatch(site: Pat
     assert mixed.returncode == 1, mixed.stdout + mixed.stderr
 
 
-@pytest.mark.parametrize("kind, expected", [("xla_images_pybind11_other", abi.PYBIND11_MISMATCH),
+# issue 42: other pybind11 internals exchanging a torch type is uncertain (six real mixes of the field test doing so
+# worked); here the call fails, which `uncertain` does not contradict
+@pytest.mark.parametrize("kind, expected", [("xla_images_pybind11_other", abi.UNCERTAIN),
                                             ("xla_images_pybind11_other_own_types", abi.COMPATIBLE),
                                             ("xla_images_pybind11_torchs", abi.COMPATIBLE)])
 def test_pybind11_internals_matter_only_for_torchs_bound_types(kind: str, expected: str, tmp_path: Path) -> None:

@@ -55,8 +55,10 @@ def test_the_ci_subset_holds_both_verdicts_and_every_kind_of_extension() -> None
     assert all(not requirement.startswith("torch==") for mix in ci for requirement in mix.replace)
 
 
-def test_pinned_extension_for_another_torch_is_a_version_mismatch_with_its_reason(tmp_path: Path) -> None:
-    """torchvision 0.23.0 resolves every symbol of torch 2.9.0 and still crashes at import: check says why."""
+def test_pinned_extension_for_another_torch_is_uncertain_with_its_reason(tmp_path: Path) -> None:
+    """torchvision 0.23.0 resolves every symbol of torch 2.9.0 and still crashes at import: check says why. Since
+    issue 42 it is `uncertain`, not a mismatch: other extensions pinned to another torch X.Y work
+    (benchmarks/abi_corpus/truth.json)."""
     mix = next(mix for mix in abi_mixes.MIXES if "torchvision 0.23.0" in mix.name)
     try:
         view = abi_mixes.site_view(tmp_path / "site", abi_mixes.host_site(),
@@ -67,6 +69,6 @@ def test_pinned_extension_for_another_torch_is_a_version_mismatch_with_its_reaso
         pytest.skip(str(error))
     report = abi.check_site_packages(view)
     (extension,) = [item for item in report.extensions if item.path == "torchvision/_C.so"]
-    assert extension.verdict == abi.VERSION_MISMATCH and not extension.missing
+    assert extension.verdict == abi.UNCERTAIN and not extension.missing
     assert extension.requires_torch == "2.8.0" and extension.distribution == "torchvision 0.23.0"
     assert "requires torch==2.8.0" in report.summary and "symbols resolve" in report.summary

@@ -22,7 +22,7 @@ site-packages, for an image).
 STANDALONE USE. The package imports only the standard library and `xla_images.errors` (the project's one error
 type), so it runs where xla_images is not installed: `python -m xla_images.abi` with the repository on the path,
 `python REPO/xla_images/abi`, or the zipapp `standalone.write_zipapp` makes. Exit codes: 0 fine, 1 ABI/version
-mismatch or missing library, 2 usage error.
+mismatch or missing library, 2 usage error, 3 uncertain (every symbol binds; a heuristic doubts it works).
 """
 from .check import check_path_target, check_site_packages, find_torch_site, has_torch_libraries, host_system
 from .elf import CorruptElf, ElfDynamic, UndefinedSymbol, read_elf_dynamic, read_elf_file
@@ -36,10 +36,12 @@ from .mangling import abi_neutral_key, count_abi_symbols, demangle, is_torch_ent
 from .verdict import CheckReport, ExtensionCheck, MissingSymbol, site_verdict
 from .words import (ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, CXX11, FROM_CUDA_STUB, LOADS,
                     MISSING_LIBRARY, MIXED, NO_STRINGS, PIN_MISMATCH, PRE_CXX11, PYBIND11_MISMATCH, PYTHON_MISMATCH,
-                    RULE_ELF, RULE_IMAGE, RULE_PATH, RULE_WHEEL, SITE_PACKAGES_GLOBS, VERSION_MISMATCH)
+                    RULE_ELF, RULE_IMAGE, RULE_PATH, RULE_WHEEL, SITE_PACKAGES_GLOBS, UNCERTAIN, VERSION_MISMATCH,
+                    EXIT_UNCERTAIN)
 
 __all__ = [
-    "ABI_LAYOUT", "ABI_MISMATCH", "COMPATIBLE", "CUDA_STUB_PREFIX", "CXX11", "FROM_CUDA_STUB", "INTERFACE_BASIS",
+    "ABI_LAYOUT", "ABI_MISMATCH", "COMPATIBLE", "CUDA_STUB_PREFIX", "CXX11", "EXIT_UNCERTAIN", "FROM_CUDA_STUB",
+    "INTERFACE_BASIS", "UNCERTAIN",
     "LOADS",
     "MISSING_LIBRARY", "MIXED", "PYBIND11_MISMATCH", "PYTHON_MISMATCH",
     "NO_STRINGS", "PIN_MISMATCH", "PRE_CXX11", "RULE_ELF", "RULE_IMAGE", "RULE_PATH", "RULE_WHEEL",

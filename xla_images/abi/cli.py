@@ -1,6 +1,6 @@
 """The standalone command line: `python -m xla_images.abi inspect|check PATH [--json]`, or the same through the
 one-file copy that `standalone.write_zipapp` makes (`python abi.pyz ...`): exit 0 fine (compatible or pin
-mismatch), 1 abi/version mismatch, 2 usage error. It reads paths only; images are read by `build.py abi`, which
+mismatch), 1 a definite mismatch (abi/version/layout/python mismatch, missing library), 2 usage error, 3 uncertain. It reads paths only; images are read by `build.py abi`, which
 needs the engine.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .check import check_path_target
 from .files import is_path_target
 from .inspection import inspect_path_target
 from .report import format_check, format_package
-from .words import RULE_IMAGE, usage_error
+from .words import EXIT_UNCERTAIN, RULE_IMAGE, UNCERTAIN, usage_error
 
 DESCRIPTION = "Read the C++ ABI of torch binaries and predict whether extensions load beside a torch."
 
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         report = check_path_target(arguments.target)
         _emit(report, arguments.json, format_check)
-        return 0 if report.compatible else 1
+        return 0 if report.compatible else EXIT_UNCERTAIN if report.verdict == UNCERTAIN else 1
     except XlaImagesError as error:
         print(error.render(explain=False), file=sys.stderr)  # no build.py beside the standalone tool
         return error.exit_code

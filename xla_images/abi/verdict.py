@@ -17,8 +17,17 @@ Verdicts (a prediction of the real import; exit codes of `abi check`):
 * ``python mismatch`` (exit 1): the python that imports does not export a C API symbol the extension needs, or
   the extension's file is tagged for another python (cpython-313 beside 3.11).
 * ``version mismatch`` (exit 1): symbols (or symbol versions) exported by nothing in the load order, under either
-  ABI; or every symbol resolves but the distribution pins another X.Y torch release, whose headers (struct
-  layouts, inline code, operator schemas) it was compiled against.
+  ABI.
+* ``uncertain`` (exit 3): every symbol binds, but a heuristic doubts that it works: the distribution pins another
+  X.Y torch release, or an unpinned extension registering operators was compiled against another torch's
+  registration headers, or a pybind11 module with other internals than torch's exchanges a torch type. Measured on
+  real wheels (benchmarks/abi_corpus, docs/abi.md) each of these was wrong on some mixes, so none is a mismatch:
+  the evidence is reported and the import has to be tried.
+
+A mismatch verdict (exit 1) rests on what the loader or the import system will refuse: a library found nowhere, a
+needed non-weak symbol or symbol version defined by nothing in the load set, a file tagged for another python -
+or on the extension's own code compiled with the other C++ ABI and handing torch objects to torch
+(``abi mismatch (layout)``, measured to crash).
 """
 from __future__ import annotations
 
@@ -29,7 +38,7 @@ from .headers import OTHER
 from .mangling import is_torch_entity
 from .metadata import same_minor, same_release
 from .words import (ABI_LAYOUT, ABI_MISMATCH, COMPATIBLE, CUDA_STUB_PREFIX, LOADS, MISSING_LIBRARY, PIN_MISMATCH,
-                    PYBIND11_MISMATCH, PYTHON_MISMATCH, VERSION_MISMATCH, some)
+                    PYBIND11_MISMATCH, PYTHON_MISMATCH, UNCERTAIN, VERSION_MISMATCH, some)
 
 
 @dataclass(frozen=True)
@@ -75,13 +84,13 @@ class ExtensionCheck:
     def other_headers(self) -> bool:
         """Resolves, registers operators, pins nothing, and was compiled against another torch's registration
         headers (see headers.REGISTRATION_HEADERS)."""
-        return self.verdict == VERSION_MISMATCH and not self.missing and self.requires_torch is None \
+        return self.verdict in (VERSION_MISMATCH, UNCERTAIN) and not self.missing and self.requires_torch is None \
             and self.headers == OTHER
 
     @property
     def pinned_elsewhere(self) -> bool:
         """Every symbol binds, but its distribution pins another torch release than the one here."""
-        return self.verdict in (VERSION_MISMATCH, PIN_MISMATCH) and not self.missing \
+        return self.verdict in (VERSION_MISMATCH, PIN_MISMATCH, UNCERTAIN) and not self.missing \
             and self.requires_torch is not None
 
     def to_json(self) -> dict:
@@ -103,7 +112,7 @@ class CheckReport:
     """Would `import torch_xla` (and every other torch extension here) load beside this torch?"""
 
     path: str
-    verdict: str  # COMPATIBLE | PIN_MISMATCH | ABI_MISMATCH | VERSION_MISMATCH
+    verdict: str  # COMPATIBLE | PIN_MISMATCH | UNCERTAIN | a mismatch (words.py)
     summary: str
     torch_abi: str
     torch_libraries: tuple[str, ...]
@@ -130,8 +139,9 @@ class CheckReport:
 
 def extension_verdict(missing: Sequence[MissingSymbol], requires_torch: str | None,
                       torch_version: str | None) -> str:
-    """From the symbols, then from the pin: another X.Y release is a version mismatch, another patch release of
-    this X.Y a pin mismatch (it loads)."""
+    """From the symbols, then from the pin: another X.Y release is uncertain (measured: torchvision 0.23.0, pinned
+    to torch 2.8.0, crashes beside 2.9.0; torchvision 0.22.0, pinned to 2.7.0, works beside 2.8.0), another patch
+    release of this X.Y a pin mismatch (it loads)."""
     if any(item.problem == ABI_MISMATCH for item in missing):
         return ABI_MISMATCH
     if any(item.problem == PYTHON_MISMATCH for item in missing):
@@ -139,13 +149,14 @@ def extension_verdict(missing: Sequence[MissingSymbol], requires_torch: str | No
     if missing:
         return VERSION_MISMATCH
     if requires_torch and torch_version and not same_release(requires_torch, torch_version):
-        return PIN_MISMATCH if same_minor(requires_torch, torch_version) else VERSION_MISMATCH
+        return PIN_MISMATCH if same_minor(requires_torch, torch_version) else UNCERTAIN
     return COMPATIBLE
 
 
 # The verdicts of extensions that would not load or work, most severe first: a site's verdict is the first of
 # these any of its extensions has, and its summary has a line for every broken extension, in its own words.
-SEVERITY = (MISSING_LIBRARY, ABI_MISMATCH, ABI_LAYOUT, PYTHON_MISMATCH, PYBIND11_MISMATCH, VERSION_MISMATCH)
+SEVERITY = (MISSING_LIBRARY, ABI_MISMATCH, ABI_LAYOUT, PYTHON_MISMATCH, PYBIND11_MISMATCH, VERSION_MISMATCH,
+            UNCERTAIN)
 
 
 def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
@@ -164,8 +175,8 @@ def site_verdict(extensions: Sequence[ExtensionCheck], torch_abi: str,
     for kind in dict.fromkeys(kinds):
         group = [extension for extension in broken if extension.verdict == kind
                  or (kind == VERSION_MISMATCH and extension.verdict not in SEVERITY)]
-        lines += _version_lines(group, this) if kind == VERSION_MISMATCH else [
-            _broken_line(extension, torch_abi) for extension in group]
+        lines += (_version_lines(group, this) if kind == VERSION_MISMATCH else _uncertain_lines(group, this)
+                  if kind == UNCERTAIN else [_broken_line(extension, torch_abi) for extension in group])
     return kinds[0], f"{kinds[0]}: " + "; ".join(lines)
 
 
@@ -187,22 +198,30 @@ def _broken_line(extension: ExtensionCheck, torch_abi: str) -> str:
 
 
 def _version_lines(broken: Sequence[ExtensionCheck], this: str) -> list[str]:
-    """The version mismatches: symbols missing, another release's headers, or a pin on another torch."""
-    lines = [_version_line(extension, this) for extension in broken
-             if not (extension.pinned_elsewhere or extension.other_headers)]
-    lines.extend(f"{extension.path} resolves every symbol but registers torch operators and was compiled against "
-                 f"another torch release's headers (assertion sites of its {extension.header_sites} are not in "
-                 f"{this}'s boxing/IValue/schema headers: {some(list(extension.header_differences), 2)}); "
-                 f"registering its operators then aborts or crashes"
-                 for extension in broken if extension.other_headers)
+    """The version mismatches: symbols (or symbol versions) no library of the load order defines."""
+    return [_version_line(extension, this) for extension in broken]
+
+
+def _uncertain_lines(group: Sequence[ExtensionCheck], this: str) -> list[str]:
+    """Why the evidence does not decide, per heuristic: another release's headers, a pin on another torch, other
+    pybind11 internals. Every symbol binds in all three."""
+    lines = [f"{extension.path} resolves every symbol, registers torch operators and was compiled against another "
+             f"torch release's headers (assertion sites of its {extension.header_sites} are not in {this}'s "
+             f"boxing/IValue/schema headers: {some(list(extension.header_differences), 2)}); such builds abort "
+             f"registering their operators or work, which the files do not tell apart"
+             for extension in group if extension.other_headers]
     pinned: dict[tuple[str, str], list[str]] = {}
-    for extension in broken:
+    for extension in group:
         if extension.pinned_elsewhere:
             pinned.setdefault((extension.distribution, extension.requires_torch), []).append(extension.path)
     lines.extend(f"{distribution} ({some(paths)}) requires torch=={requires}, this is {this}: its symbols resolve, "
                  f"but it was compiled against another torch release's headers (layouts, inline code, operator "
-                 f"schemas), which symbols cannot check" for (distribution, requires), paths in pinned.items())
-    return lines
+                 f"schemas), which symbols cannot check: it may crash registering its operators, or work"
+                 for (distribution, requires), paths in pinned.items())
+    lines.extend(f"{extension.path} imports, but {extension.pybind11_evidence}: pybind11 fails where a call converts "
+                 f"one of them, and works where none is converted" for extension in group
+                 if extension.pybind11_evidence and not (extension.other_headers or extension.pinned_elsewhere))
+    return lines or [f"{extension.path}: the evidence does not decide" for extension in group]
 
 
 def _loads(extensions: Sequence[ExtensionCheck], torch_abi: str, torch_version: str | None) -> tuple[str, str]:

@@ -16,7 +16,7 @@ NO_STRINGS = "none"
 MIXED = "mixed"
 
 # Verdicts of `check`, for one extension and for a site-packages. A load prediction: COMPATIBLE and PIN_MISMATCH
-# load (exit 0), ABI_MISMATCH and VERSION_MISMATCH do not or crash (exit 1).
+# load (exit 0), ABI_MISMATCH and VERSION_MISMATCH do not or crash (exit 1), UNCERTAIN is not decided (exit 3).
 COMPATIBLE = "compatible"
 ABI_MISMATCH = "abi mismatch"
 VERSION_MISMATCH = "version mismatch"
@@ -34,7 +34,14 @@ PYBIND11_MISMATCH = "pybind11 mismatch"
 # The python that imports lacks a C API symbol the extension needs (PyType_GetFullyQualifiedName, new in 3.13, on
 # 3.11: "undefined symbol"), or the extension's file is tagged for another python (cpython-313 on 3.11).
 PYTHON_MISMATCH = "python mismatch"
+# The evidence does not decide: every symbol binds (nothing the loader will refuse), but a heuristic says the
+# extension may not work beside this torch - its metadata pins another torch X.Y, it was compiled against another
+# torch's registration headers, or its pybind11 internals differ from torch's. Measured on real wheels
+# (benchmarks/abi_corpus) each of these is sometimes right and sometimes wrong, so none is called a mismatch.
+UNCERTAIN = "uncertain"
 LOADS = frozenset({COMPATIBLE, PIN_MISMATCH})
+# Exit codes of `abi check`: 0 loads, 1 a definite mismatch, 2 bad input, 3 uncertain.
+EXIT_UNCERTAIN = 3
 
 # What a missing symbol is (MissingSymbol.problem), besides ABI_MISMATCH and VERSION_MISMATCH.
 # A symbol torch does not export that torch_xla's CUDA stand-in provides: fine only while CUDA is unavailable.

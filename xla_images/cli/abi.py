@@ -16,6 +16,13 @@ from ..run.checking import abi_images
 MISSING_SHOWN = 20
 
 
+class Uncertain(Failure):
+    """`abi check` could not decide: every symbol binds, a heuristic doubts that it works. Exit code 3, apart from
+    the definite mismatches (1), so scripts can tell "will fail" from "try it"."""
+
+    exit_code = abi_tools.EXIT_UNCERTAIN
+
+
 @click.group("abi")
 def abi() -> None:
     """Read the C++ ABI (cxx11 / pre-cxx11) of wheels, site-packages and images.
@@ -62,8 +69,11 @@ def check_command(target: str, as_json: bool) -> None:
       pin mismatch      everything resolves and it was built for this torch X.Y, but its metadata pins
                         another patch release: it loads; pip would refuse the set (exit 0)
       abi mismatch      symbols exist only with the other ABI's mangling (exit 1)
-      version mismatch  symbols exist in no library of the load order under either ABI, or its metadata
-                        pins another torch X.Y release: built against another torch (exit 1)
+      version mismatch  symbols exist in no library of the load order under either ABI (exit 1)
+      missing library, python mismatch, abi mismatch (layout): see docs/abi.md (exit 1)
+      uncertain         every symbol binds, but its metadata pins another torch X.Y, or it registers operators
+                        compiled against other torch headers, or its pybind11 internals differ from torch's:
+                        measured, such mixes crash or work; try the import (exit 3)
     Symbols resolving does not prove that operator registrations match: the verdict says so for extensions
     that register torch operators without pinning this torch. For an image the image's system libraries
     are not read (the image checks run the tool inside the image).
@@ -78,6 +88,10 @@ def check_command(target: str, as_json: bool) -> None:
         for report in reports:
             _print_check(console, report)
     broken = [report for report in reports if not report.compatible]
+    if broken and all(report.verdict == abi_tools.UNCERTAIN for report in broken):
+        raise Uncertain("; ".join(report.summary for report in broken), rule="abi-uncertain",
+                        hint="import the extension and call into it beside this torch (a fresh python), or install "
+                             "the release built for this torch")
     if broken:
         raise Failure("; ".join(report.summary for report in broken), rule="abi-compatible",
                       hint="install the torch_xla / torchvision / torchaudio release built for this torch and its "
@@ -131,5 +145,6 @@ def _print_check(console: Console, report: abi_tools.CheckReport) -> None:
         if len(not_in_torch) > MISSING_SHOWN:
             console.print(f"... and {len(not_in_torch) - MISSING_SHOWN} more (--json lists all)")
     cautious = report.needs_cuda_unavailable or report.verdict == abi_tools.PIN_MISMATCH
-    style = ("yellow" if cautious else "green") if report.compatible else "red"
+    style = ("yellow" if cautious else "green") if report.compatible else \
+        "yellow" if report.verdict == abi_tools.UNCERTAIN else "red"
     console.print(f"[{style}]{escape(report.summary)}[/{style}]", highlight=False)
