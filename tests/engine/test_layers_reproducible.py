@@ -23,6 +23,7 @@ from xla_images.model import lockfile
 from xla_images.model.registry import Registry
 from xla_images.run.building import build
 from xla_images.run import engine
+from xla_images.run import registry as registries
 from xla_images.run.shipping import publish
 from xla_images.run.packages import wheelhouse as wheels
 from xla_images.run.building.build import BuildOptions, Outcome
@@ -130,7 +131,7 @@ def own_registry(tmp_path: Path):
 
 
 def test_second_flavour_of_a_release_uploads_only_its_own_layer(pair, own_registry) -> None:
-    client = publish.RegistryClient(own_registry)
+    client = registries.RegistryClient(own_registry)
     transfers: dict[str, publish.Transfer] = {}
     cpu, tpu = pair.flavour(RELEASE, "cpu"), pair.flavour(RELEASE, "tpu")
     lines: list[str] = []

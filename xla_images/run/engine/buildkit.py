@@ -2,7 +2,11 @@
 
 The SDK has no BuildKit session (secrets, the BuildKit frontend), so BuildKit builds go through the docker CLI's
 buildx plugin, against the engine DOCKER_HOST names. With buildx's `docker` driver (the engine's own BuildKit)
-the result lands in the engine's image store; `--load` also covers a docker-container builder.
+the result lands in the engine's image store. With any other driver (docker-container, ...) only `--load` brings
+it there (buildx exports the image as a tarball and the engine loads it; docs.docker.com/build/builders/drivers:
+"images built using other drivers aren't automatically loaded"), and `--load` is what the classic image store's
+builds pass; the containerd store's `--output type=image,...` below exports into the builder's own store, which
+for a docker-container builder is not the engine's, so there the image never reaches the engine.
 
 Into the containerd image store, a build exports its layers already compressed the way they will be pushed
 (`--output type=image,compression=...`): the engine then pushes the stored blobs, with no compression pass.

@@ -33,7 +33,7 @@ from ...errors import ConfigError, Failure, Location
 from ...model.flavour import Variant
 from ...model.registry import Registry, is_loopback
 from ...names import DEFAULT_STATE, REGISTRY_CONFIG, REGISTRY_PID_FILE, REGISTRY_STATE_DIR, STATE_ENV
-from .publish import read_published
+from ...model.published import read_published
 from ..registry import RegistryClient
 
 # A devel image's dated tag carries the variant after the date (`nightly_3.11_cpu_20261203_devel`): its series is

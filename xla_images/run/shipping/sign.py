@@ -32,7 +32,7 @@ from ...errors import ConfigError, Failure, Location
 from ...model.registry import Registry
 from ...names import local_ref
 from .. import engine, registry as registries
-from .publish import Published
+from ...model.published import Published
 from ..registry import Credentials, load_credentials, redact, redacting
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
