@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 import pytest
 
 from reporters import QuietReporter
+from xla_images import settings
 from xla_images import names
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
@@ -243,7 +244,7 @@ def test_bake_rebuilds_the_real_flavour_bit_for_bit(tmp_path: Path, phases: Phas
     """bake from the generated docker-bake.json, from a pruned cache and with --no-cache (every step runs again,
     pip installs every wheel anew): what an empty cache on another machine does. Every layer, and then the image
     id (config and labels too), must equal the build test's: the image that test checked and smoke-tested."""
-    if not engine.buildkit.use_buildkit():
+    if not engine.buildkit.use_buildkit(settings.read_builder()):
         pytest.fail(f"CI needs BuildKit for bake: {engine.buildkit.buildx_info().problem}")
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))

@@ -18,6 +18,7 @@ import pytest
 
 from reporters import QuietReporter
 from save_scan import scan
+from xla_images import settings
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.registry import Registry
@@ -34,7 +35,7 @@ RELEASE = "8.91.0"
 @pytest.fixture(scope="module")
 def pair(make_project):
     """The tpu and cpu flavours of one release, built together (two at a time) through BuildKit."""
-    if not engine.buildkit.use_buildkit():
+    if not engine.buildkit.use_buildkit(settings.read_builder()):
         pytest.skip(f"BuildKit is not usable here: {engine.buildkit.buildx_info().problem}")
     project = make_project(RELEASE, accelerators=("tpu", "cpu"), payload=b"x" * (1 << 20))
     plan = project.plan()

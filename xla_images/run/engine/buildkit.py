@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ... import settings
 from ...errors import Failure
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.published import is_digest
 from . import builds, connection
 
 
-BUILDER_ENV = "XLA_IMAGES_BUILDER"  # buildkit | classic | auto (default): which builder `build` uses
+BUILDER_ENV = settings.BUILDER.env[0]  # buildkit | classic | auto (default): declared in xla_images/settings.py
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[(?P<step>[^\]]+)\] (?P<what>.*)$")
 _BUILDKIT_ERROR = re.compile(r"^(ERROR|error): (?P<message>.*)$")
 _NAMED_DANGLING = re.compile(r"naming to moby-dangling@(sha256:[0-9a-f]{64})")
@@ -72,10 +73,10 @@ def buildx_info() -> BuildxInfo:
     return BuildxInfo(words[1] if len(words) > 1 else version.stdout.strip(), driver, None)
 
 
-def use_buildkit() -> bool:
-    """BuildKit when buildx works (or XLA_IMAGES_BUILDER=buildkit demands it), else the classic builder."""
-
-    wanted = os.environ.get(BUILDER_ENV, "auto").strip().lower()
+def use_buildkit(builder: str) -> bool:
+    """BuildKit when buildx works (or the builder setting, XLA_IMAGES_BUILDER=buildkit, demands it), else the
+    classic builder. `builder` is the setting's word (settings.read_builder, read at the CLI's edge)."""
+    wanted = builder.strip().lower()
     if wanted == "classic":
         return False
     info = buildx_info()
