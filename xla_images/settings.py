@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .errors import Failure
+from .names import DEFAULT_STATE, STATE_ENV
+
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,24 @@ BUILDER = Setting("builder", "`buildkit`, `classic` or `auto`", "`auto`",
                   "forces the classic builder. `doctor` reports the choice.",
                   rules=("buildkit",), env=("XLA_IMAGES_BUILDER",), site=False)
 BUILDER_CHOICES = ("auto", "buildkit", "classic")
+PULL_STALL = Setting("pull_stall", "seconds, 1–3600", "`120`",
+                     "how long a pull may make no progress before it is cancelled and retried.",
+                     rules=("pull-stall",), env=("XLA_IMAGES_PULL_STALL_SECONDS",), site=False)
+PULL_STALL_SECONDS = 120.0
+CACHE = Setting("cache", "a folder", "`$XDG_CACHE_HOME/xla-images` (`~/.cache/xla-images`)",
+                "where the toolkit keeps what it may forget, keyed by content (wheel facts, layer layouts, stored "
+                "layers): an entry is never stale, only missing.", env=("XLA_IMAGES_CACHE", "XDG_CACHE_HOME"),
+                site=False)
+LOCK_DIR = Setting("lock_dir", "a folder", "`/tmp/xla-images-locks`",
+                   "where `build` keeps its one-build-per-flavour locks (shared by every checkout on the engine).",
+                   env=("XLA_IMAGES_LOCK_DIR",), site=False)
+STATE = Setting("state", "a folder", f"`{DEFAULT_STATE}`",
+                "the engine's and local registries' data (`ci/engine.sh`, `ci/registry.sh`); `prune` finds the "
+                "registry it collects garbage in there.", env=(STATE_ENV,), site=False)
+CI = Setting("ci", "`1`, `true` or `yes`", "unset",
+             "set by CI services: plain progress lines instead of live tables.", env=("CI",), site=False)
 
-ENV_SETTINGS: tuple[Setting, ...] = (BUILDER,)
+ENV_SETTINGS: tuple[Setting, ...] = (BUILDER, PULL_STALL, CACHE, LOCK_DIR, STATE, CI)
 
 SETTINGS: tuple[Setting, ...] = SITE_SETTINGS + ENV_SETTINGS
 SITE_KEYS = frozenset(setting.name for setting in SITE_SETTINGS)
@@ -101,6 +120,53 @@ def read_builder(environ: Mapping[str, str] | None = None) -> str:
     two words that force a builder are acted on)."""
     environ = os.environ if environ is None else environ
     return environ.get(BUILDER.env[0], BUILDER.default.strip("`")).strip().lower()
+
+
+def read_pull_stall(environ: Mapping[str, str] | None = None) -> float:
+    """$XLA_IMAGES_PULL_STALL_SECONDS, else PULL_STALL_SECONDS; a bad value is a Failure (rule pull-stall)."""
+    environ = os.environ if environ is None else environ
+    name = PULL_STALL.env[0]
+    text = environ.get(name, "").strip()
+    if not text:
+        return PULL_STALL_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 1 <= seconds <= 3600:  # NaN fails too
+        raise Failure(f"{name}={text!r} is not a number of seconds between 1 and 3600", rule="pull-stall",
+                      hint=f"unset it for the default ({PULL_STALL_SECONDS:.0f} s)")
+    return seconds
+
+
+def read_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$XLA_IMAGES_CACHE, else $XDG_CACHE_HOME/xla-images, else ~/.cache/xla-images."""
+    environ = os.environ if environ is None else environ
+    configured = environ.get(CACHE.env[0])
+    if configured:
+        return Path(configured)
+    return Path(environ.get(CACHE.env[1]) or Path.home() / ".cache") / "xla-images"
+
+
+def read_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(LOCK_DIR.env[0]) or LOCK_DIR.default.strip("`"))
+
+
+def read_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(STATE.env[0], STATE.default.strip("`")))
+
+
+def read_ci(environ: Mapping[str, str] | None = None) -> bool:
+    environ = os.environ if environ is None else environ
+    return environ.get(CI.env[0], "").lower() in ("1", "true", "yes")
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a child process (buildx, pip, cosign, ci/registry.sh) starts with: ours, which it reads by
+    its own conventions, with `extra` on top. Not a setting: the one place the toolkit copies its environment."""
+    return {**os.environ, **(extra or {})}
 
 
 def read_ca_bundle(environ: Mapping[str, str] | None = None) -> Path | None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from xla_images import rules, settings
 from xla_images.cli import cli
-from xla_images.errors import ConfigError
+from xla_images.errors import ConfigError, Failure
 from xla_images.generate import rulesdoc, schemas
 from xla_images.model import site
 from xla_images.run import doctor
@@ -109,3 +109,34 @@ def test_doctor_reports_the_builder_it_is_given(monkeypatch: pytest.MonkeyPatch)
     item = doctor.check_buildkit(True, "classic")
     assert "XLA_IMAGES_BUILDER=classic forces the classic builder" in item.detail
     assert "classic" not in doctor.check_buildkit(True, "auto").detail
+
+
+def test_environment_settings_read_their_variables(tmp_path: Path) -> None:
+    assert settings.read_cache_dir({"XLA_IMAGES_CACHE": str(tmp_path)}) == tmp_path
+    assert settings.read_cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "xla-images"
+    assert settings.read_lock_dir({}) == Path("/tmp/xla-images-locks")
+    assert settings.read_lock_dir({"XLA_IMAGES_LOCK_DIR": str(tmp_path)}) == tmp_path
+    assert settings.read_state_dir({}) == Path("/var/lib/xla-images")
+    assert settings.read_state_dir({"XLA_IMAGES_STATE": str(tmp_path)}) == tmp_path
+    assert settings.read_ci({"CI": "True"}) and not settings.read_ci({"CI": "0"}) and not settings.read_ci({})
+    assert settings.read_pull_stall({}) == settings.PULL_STALL_SECONDS
+    assert settings.read_pull_stall({"XLA_IMAGES_PULL_STALL_SECONDS": " 7 "}) == 7.0
+
+
+@pytest.mark.parametrize("text", ["0", "nan", "abc", "3601"])
+def test_a_bad_pull_stall_is_refused_with_its_rule(text: str) -> None:
+    with pytest.raises(Failure) as raised:
+        settings.read_pull_stall({"XLA_IMAGES_PULL_STALL_SECONDS": text})
+    assert raised.value.rule == "pull-stall" and "XLA_IMAGES_PULL_STALL_SECONDS" in raised.value.message
+
+
+def test_a_child_gets_our_environment_with_its_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOUSE_PROBE", "ours")
+    child = settings.child_environment({"PORT": "5000"})
+    assert child["HOUSE_PROBE"] == "ours" and child["PORT"] == "5000"
+
+
+def test_every_environment_setting_is_listed_in_the_site_page() -> None:
+    text = (ROOT / rulesdoc.SITE_PAGE).read_text()
+    for setting in settings.ENV_SETTINGS:
+        assert f"- `{setting.env[0]}` (" in text

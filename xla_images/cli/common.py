@@ -92,7 +92,7 @@ def figure(value: Any, pattern: str) -> str:
 
 def in_ci() -> bool:
     """CI logs want plain lines, not live displays."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    return settings.read_ci()
 
 
 def select(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None]) -> list[Target]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import re
 import shutil
 import signal
@@ -206,7 +205,7 @@ def run_buildx(command: list[str], on_line: connection.LineSink, started: Callab
     than buildx dying half-way through exporting.
     """
 
-    env = {**os.environ, "BUILDX_NO_DEFAULT_ATTESTATIONS": "1", "DOCKER_CLI_HINTS": "false"}
+    env = settings.child_environment({"BUILDX_NO_DEFAULT_ATTESTATIONS": "1", "DOCKER_CLI_HINTS": "false"})
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    errors="replace", env=env, start_new_session=True)

@@ -41,6 +41,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ... import settings
 from ...errors import Failure, XlaImagesError
 from ...generate.plan import Plan
 from ...generate import render
@@ -161,7 +162,8 @@ def pip_environment(site: Site, source: WheelSource) -> dict[str, str]:
     process's environment is its owner's only: the sources go in PIP_INDEX_URL / PIP_EXTRA_INDEX_URL /
     PIP_FIND_LINKS, never in argv. `--isolated` would ignore them, so the isolation it gave is made here: no
     config file (PIP_CONFIG_FILE=os.devnull, as pip documents) and none of the host's PIP_* variables."""
-    environment = {key: value for key, value in os.environ.items() if not key.upper().startswith("PIP_")}
+    environment = {key: value for key, value in settings.child_environment().items()
+                   if not key.upper().startswith("PIP_")}
     environment["PIP_CONFIG_FILE"] = os.devnull
     if source.index_url:
         environment["PIP_INDEX_URL"] = source.index_url
