@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -40,6 +40,7 @@ URL = re.compile(rf"(?:https?|file)://{_VISIBLE}{{1,2040}}")
 # A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not).
 FIND_LINK = re.compile(rf"{URL.pattern}|(?!.*://){_PATH.pattern}")
 DECIMAL = re.compile(r"[-+]?[0-9]+", re.ASCII)
+Where = Callable[..., Location]  # a setting's key path -> where it was written (file:line or --set)
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
     )
 
 
-def _registry(registry: Any, where, errors: list[XlaImagesError]) -> Any:
+def _registry(registry: Any, where: Where, errors: list[XlaImagesError]) -> Any:
     problem = registry_problem(registry) if isinstance(registry, str) and _PLAIN.fullmatch(registry) else SHAPE
     if problem is not None:
         # The grammar every --registry option is parsed with: a site registry that push would refuse is refused
@@ -277,7 +278,7 @@ def _registry(registry: Any, where, errors: list[XlaImagesError]) -> Any:
     return registry
 
 
-def _ca_bundle(ca_setting: Any, where, errors: list[XlaImagesError]) -> Any:
+def _ca_bundle(ca_setting: Any, where: Where, errors: list[XlaImagesError]) -> Any:
     if ca_setting is None:
         ca_setting = "none"
     if not isinstance(ca_setting, str) or (ca_setting and not _PATH.fullmatch(ca_setting)):
@@ -286,14 +287,14 @@ def _ca_bundle(ca_setting: Any, where, errors: list[XlaImagesError]) -> Any:
     return ca_setting
 
 
-def _cosign_public_key(public_key: Any, where, errors: list[XlaImagesError]) -> Any:
+def _cosign_public_key(public_key: Any, where: Where, errors: list[XlaImagesError]) -> Any:
     if public_key is not None and (not isinstance(public_key, str) or not _PATH.fullmatch(public_key)):
         errors.append(ConfigError("cosign_public_key must be a path to a cosign public key (or a cosign key URI)",
                                   location=where("cosign_public_key"), rule="site-cosign-public-key"))
     return public_key
 
 
-def _compression(value: Any, where, errors: list[XlaImagesError]) -> Compression:
+def _compression(value: Any, where: Where, errors: list[XlaImagesError]) -> Compression:
     try:
         return parse_compression(value, where("compression"))
     except ConfigError as error:
@@ -301,7 +302,7 @@ def _compression(value: Any, where, errors: list[XlaImagesError]) -> Compression
         return Compression()
 
 
-def _pull_mirror(value: Any, where_of, errors: list[XlaImagesError]) -> str | None:
+def _pull_mirror(value: Any, where_of: Where, errors: list[XlaImagesError]) -> str | None:
     """null or empty (`--set pull_mirror=`): no mirror; else `HOST[:PORT][/PREFIX]` as --mirror takes it."""
     where = where_of("pull_mirror")
     if value is None or value == "":
@@ -457,7 +458,8 @@ def _as_list(value: Any) -> list[str]:
 
 
 # One validator per declared site setting (settings.SITE_SETTINGS): value, where, errors -> the value to keep.
-VALIDATORS = {"registry": _registry, "ca_bundle": _ca_bundle, "bases": _bases, "wheel_sources": _wheel_sources,
-              "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror}
+VALIDATORS: dict[str, Callable[[Any, Where, list[XlaImagesError]], Any]] = {
+    "registry": _registry, "ca_bundle": _ca_bundle, "bases": _bases, "wheel_sources": _wheel_sources,
+    "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror}
 if set(VALIDATORS) != settings.SITE_KEYS:  # a setting declared without a validator (or the reverse): said at once
     raise ValueError(f"site validators and settings disagree on {sorted(set(VALIDATORS) ^ settings.SITE_KEYS)}")
