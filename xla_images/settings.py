@@ -4,8 +4,11 @@ and doc line (as cibuildwheel's options table).
 Two kinds. A *site* setting lives in site.yaml (over xla_images/site_defaults.yaml, under `--set KEY=VALUE`):
 model.site takes its keys, which `--set` values are text rather than YAML, and the order its validators run in
 from SITE_SETTINGS; generate.schemas its descriptions; docs/site.md its list (rendered by `render`, drift-checked
-by `render --check`). An *environment* setting is a variable only: it is read here (`read_*`) or at the CLI's
-edge, and reaches engine/registry/build code as an argument.
+by `render --check`). An *environment* setting is a variable only, read by its `read_*` function here and
+nowhere else: the builder at the CLI's edge, handed to build and doctor code as an argument; the others (pull
+stall, cache, lock dir, state, CI) by the module that needs them, through their `read_*`, when it needs them
+(so a test's monkeypatched variable is what is read). The environment a child process inherits is copied in
+one place too (`child_environment`).
 
 What only the docker/TLS world defines (DOCKER_HOST, DOCKER_CONFIG, SSL_CERT_FILE for the registry client,
 credential helpers, COSIGN_PASSWORD) stays with the code that follows those conventions (run.engine.connection,
@@ -23,7 +26,6 @@ from typing import Mapping
 
 from .errors import Failure
 from .names import DEFAULT_STATE, STATE_ENV
-
 
 
 @dataclass(frozen=True)
