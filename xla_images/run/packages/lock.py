@@ -25,6 +25,7 @@ How resolution works, and why:
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import os
 import subprocess
@@ -144,6 +145,16 @@ class Resolver:
                           hint="use an index that publishes hashes (PEP 503 #sha256= fragments)")
         return LockEntry(canonicalize_name(item["metadata"]["name"]), item["metadata"]["version"], sha256, filename,
                          local)
+
+
+def file_sha256(path: Path) -> str:
+    """A host wheel's sha256, read in blocks (lock: a local wheel pip reported no hash for; wheelhouse: a copy
+    checked against its lock entry)."""
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def target_options(python: str) -> list[str]:
