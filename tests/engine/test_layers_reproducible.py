@@ -26,7 +26,7 @@ from xla_images.run.building import build
 from xla_images.run import engine
 from xla_images.run import registry as registries
 from xla_images.run.shipping import publish
-from xla_images.run.packages import wheelhouse as wheels
+from xla_images.run.packages import lock as wheels
 from xla_images.run.building.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
