@@ -44,6 +44,7 @@ from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.registry import Registry
 from xla_images.run.building import bake as baking, build, context as build_context
 from xla_images.run import engine
+from xla_images.run import registry as registries
 from xla_images.run.shipping import publish
 
 CPU, TPU, CPU313 = "r2.9.0_3.11_cpu", "r2.9.0_3.11_tpuvm", "r2.9.0_3.13_cpu"
@@ -91,7 +92,7 @@ def registry_bytes(state: Path, port: int) -> int:
     return sum(path.stat().st_size for path in data.rglob("*") if path.is_file())
 
 
-def manifest_bytes(client: publish.RegistryClient, tag: str) -> int:
+def manifest_bytes(client: registries.RegistryClient, tag: str) -> int:
     manifest = client.manifest(tag)
     return sum(int(blob["size"]) for blob in manifest["layers"]) + int(manifest["config"]["size"])
 
@@ -117,7 +118,7 @@ def main() -> int:
         f"({engine.buildkit.buildx_info().driver} driver); BuildKit: {engine.buildkit.use_buildkit()}; logs in {work}")
     registry = Registry.parse(f"127.0.0.1:{args.port}/xla-images-bench")
     env = start_registry(args.port, work / "state")
-    client = publish.RegistryClient(registry)
+    client = registries.RegistryClient(registry)
     pushed: list[str] = []
     single_port = args.port + 1  # the single-layer image goes to a registry of its own: storage stays comparable
     single_env: dict[str, str] | None = None

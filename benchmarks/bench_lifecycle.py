@@ -40,7 +40,7 @@ from xla_images.model.registry import Registry  # noqa: E402
 from xla_images.model.site import WheelSource  # noqa: E402
 from xla_images.model.target import Target  # noqa: E402
 from xla_images.run.shipping import promote, prune
-from xla_images.run.shipping.publish import RegistryClient
+from xla_images.run.registry import RegistryClient
 
 SCRIPT = REPO / "ci" / "registry.sh"
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"

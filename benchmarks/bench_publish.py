@@ -33,6 +33,7 @@ from xla_images.generate.plan import load_plan  # noqa: E402
 from xla_images.model.registry import Registry
 from xla_images.run.building import build
 from xla_images.run import engine
+from xla_images.run import registry as registries
 from xla_images.run.shipping import publish
 
 REPOSITORY = "xla-images-bench"
@@ -78,7 +79,7 @@ def main() -> int:
         registry_script("start", port, state)
         host = f"127.0.0.1:{port}"
     registry = Registry.parse(f"{host}/{REPOSITORY}")
-    client = publish.RegistryClient(registry)
+    client = registries.RegistryClient(registry)
     published = state / "published.json"
     digest = None
     try:

@@ -4,7 +4,8 @@ Runs build's own per-flavour step (`_Run._build_and_tag`) for one committed flav
 stood in for (the base image is given; the build stops where the engine would start, after the context is
 written), under sys.setprofile, and prints every call that enters a lock module from outside the lock modules
 and every hop between two lock modules. No engine, no network (index wheels absent from the wheelhouse are
-simply left to pip). Works on the tree before the regroup too (the modules are looked up by both names).
+simply left to pip). Works on the trees before the two regroups too (c1befa1 "run/ by job", 38fb4cc "locks in
+one home"): the modules are looked up by their names of today and of then (HISTORICAL_* below: gone).
 
     PYTHONPATH=$PWD python benchmarks/lock_walk.py [TAG]
 """
@@ -18,9 +19,17 @@ from pathlib import Path
 from xla_images.generate.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCK_MODULES = ("xla_images.model.lockfile", "xla_images.generate.lock_policy", "xla_images.run.wheels",
-                "xla_images.run.layout", "xla_images.run.packages.lock", "xla_images.run.packages.layout")
-SYNC_LOCK_FUNCTIONS = ("lock_status", "_lock_findings")  # generate.sync's lock part (before the regroup)
+# The lock modules of today...
+CURRENT_LOCK_MODULES = ("xla_images.model.lockfile", "xla_images.run.packages.lock", "xla_images.run.packages.layout")
+# ...and those of the trees before the regroups, which no longer exist: kept so the walk still runs there, for
+# the before/after comparison (c1befa1 moved run.wheels to run.packages.lock and run.layout to
+# run.packages.layout; 38fb4cc folded generate.lock_policy into model.lockfile).
+HISTORICAL_LOCK_MODULES = ("xla_images.generate.lock_policy", "xla_images.run.wheels", "xla_images.run.layout")
+LOCK_MODULES = CURRENT_LOCK_MODULES + HISTORICAL_LOCK_MODULES
+# generate.sync's lock part: `_lock_findings` today (it asks model.lockfile.lock_status); before 38fb4cc sync
+# also had its own `lock_status` (historical).
+SYNC_LOCK_FUNCTIONS = ("_lock_findings", "lock_status")
+BUILD_MODULES = ("xla_images.run.building.build", "xla_images.run.build")  # today's; before c1befa1 (historical)
 
 
 class EngineReached(Exception):
@@ -47,7 +56,7 @@ def _where(frame) -> str:
 
 
 def walk(tag: str | None) -> tuple[list[str], list[str]]:
-    build = _module("xla_images.run.building.build", "xla_images.run.build")
+    build = _module(*BUILD_MODULES)
     plan = load_plan(ROOT / "matrix.yaml")
     flavour = plan.select((tag,))[0] if tag else next(f for f in plan.flavours if f.accelerator.value == "cpu")
     run = build._Run(plan, build.BuildOptions(), reporter=type("Quiet", (), {"state": lambda *a: None})())

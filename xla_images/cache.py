@@ -2,14 +2,13 @@
 entry is never stale, only missing. $XLA_IMAGES_CACHE, else $XDG_CACHE_HOME/xla-images (~/.cache/xla-images)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-CACHE_ENV = "XLA_IMAGES_CACHE"
+from . import settings
+
+CACHE_ENV = settings.CACHE.env[0]
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xla-images"
+    """Read at each call (the setting is declared and read in xla_images/settings.py)."""
+    return settings.read_cache_dir()

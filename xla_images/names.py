@@ -9,6 +9,7 @@ in that module.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 PROJECT_URL = "https://github.com/xla-images/xla-images"
 DISTRIBUTION = "xla-images"  # the package's name on PyPI (pip install, importlib.metadata)
@@ -27,6 +28,14 @@ VARIANT_LABEL = f"{LABEL_PREFIX}.variant"  # `devel` on devel images; runtime im
 DOCKERFILES = "Dockerfiles"  # Dockerfiles/<tag>/{Dockerfile, requirements.lock}
 DOCKERFILE = "Dockerfile"
 LOCK_NAME = "requirements.lock"
+
+
+def lock_file(root: Path, runtime_tag: str) -> Path:
+    """Dockerfiles/<runtime tag>/requirements.lock under `root` (the folder of matrix.yaml): the one place a
+    lock's path is built (generate.plan.Plan.lock_path, and model.nightly before a plan exists)."""
+    return Path(root) / DOCKERFILES / runtime_tag / LOCK_NAME
+
+
 # The one wheel-build script (static, committed once) and the folder of its rendered parameter files.
 WHEEL_BUILDS_DIR = "wheel-builds"
 WHEEL_BUILD_SCRIPT = f"{WHEEL_BUILDS_DIR}/build-wheels.sh"

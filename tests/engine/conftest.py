@@ -35,7 +35,7 @@ from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
 from xla_images.run.building import base
 from xla_images.run import engine
-from xla_images.run.packages import wheelhouse as wheels
+from xla_images.run.packages import lock as wheels
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION_LABEL = "io.xla-images.test-session"

@@ -15,7 +15,7 @@ from xla_images.generate.plan import load_plan
 from xla_images.model.compression import parse_compression
 from xla_images.model.flavour import Flavour
 from xla_images.run import engine
-from xla_images.run.shipping import publish
+from xla_images.run import registry as registries
 
 PASSWORD = "pw-" + os.urandom(12).hex()
 
@@ -31,7 +31,7 @@ class Project:
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "CI": "true"}
         if password:
-            env.update({publish.USER_ENV: "ci-bot", publish.PASSWORD_ENV: password})
+            env.update({registries.USER_ENV: "ci-bot", registries.PASSWORD_ENV: password})
         return subprocess.run([sys.executable, str(REPO / "build.py"), *args, "--matrix",
                                str(self.root / "matrix.yaml"), "--site", str(self.root / "site.yaml")],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

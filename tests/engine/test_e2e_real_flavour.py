@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 import pytest
 
 from reporters import QuietReporter
+from xla_images import settings
 from xla_images import names
 from xla_images.generate import cigen
 from xla_images.generate.plan import load_plan
@@ -41,6 +42,7 @@ from xla_images.model.flavour import Flavour
 from xla_images.model.registry import Registry
 from xla_images.run.building import bake, build
 from xla_images.run import engine
+from xla_images.run import registry as registries
 from xla_images.run.shipping import prune, publish
 
 pytestmark = pytest.mark.slow
@@ -88,7 +90,7 @@ def cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def registry() -> Registry:
     registry = Registry.parse(os.environ.get("XLA_IMAGES_TEST_REGISTRY", "127.0.0.1:5000") + "/" + REPOSITORY)
-    client = publish.RegistryClient(registry, retry=publish.RetryPolicy(attempts=2, first_wait=0.2))
+    client = registries.RegistryClient(registry, retry=registries.RetryPolicy(attempts=2, first_wait=0.2))
     client.check_reachable()  # a Failure here names the registry and `ci/registry.sh start`
     return registry
 
@@ -143,7 +145,7 @@ def test_real_flavour_build_test_push_resolve_pull_run_downstream(tmp_path: Path
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))
     image = names.local_ref(flavour.tag)
-    client = publish.RegistryClient(registry)
+    client = registries.RegistryClient(registry)
     digest = None
     pulled_ref = None
     downstream = f"xla-images-e2e/downstream:{os.getpid()}"
@@ -242,7 +244,7 @@ def test_bake_rebuilds_the_real_flavour_bit_for_bit(tmp_path: Path, phases: Phas
     """bake from the generated docker-bake.json, from a pruned cache and with --no-cache (every step runs again,
     pip installs every wheel anew): what an empty cache on another machine does. Every layer, and then the image
     id (config and labels too), must equal the build test's: the image that test checked and smoke-tested."""
-    if not engine.buildkit.use_buildkit():
+    if not engine.buildkit.use_buildkit(settings.read_builder()):
         pytest.fail(f"CI needs BuildKit for bake: {engine.buildkit.buildx_info().problem}")
     plan = load_plan(REPO / "matrix.yaml")
     (flavour,) = plan.select((TAG,))

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from xla_images import settings
 from xla_images.run import engine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def need_our_buildkit_engine() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI runs the engine ci/engine.sh starts; no live pid file under {STATE}")
         pytest.skip("reap restarts the engine: only on the one ci/engine.sh started")
-    if not engine.buildkit.use_buildkit():
+    if not engine.buildkit.use_buildkit(settings.read_builder()):
         pytest.fail(f"the builds are BuildKit's: {engine.buildkit.buildx_info().problem}")
 
 

@@ -21,6 +21,7 @@ import pytest
 from xla_images import names
 from xla_images.run.building import build_mutex
 from xla_images.run import engine
+from xla_images.model import published as model_published
 from xla_images.run.shipping import publish
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,7 +232,7 @@ def test_full_disk_under_published_json_keeps_the_old_file(project, full_disk: P
     _fill(full_disk, leave=0)
     # The writer itself, as push calls it once a flavour is verified (the push is tested elsewhere).
     flavour = project.flavour(VERSION)
-    entry = publish.Published(flavour.tag, flavour.tags, "127.0.0.1:5020/x", "sha256:" + "a" * 64, {},
+    entry = model_published.Published(flavour.tag, flavour.tags, "127.0.0.1:5020/x", "sha256:" + "a" * 64, {},
                               flavour.to_json(), "now")
     with pytest.raises(Exception) as raised:
         publish.record_published(published, [entry])

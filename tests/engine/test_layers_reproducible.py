@@ -18,13 +18,15 @@ import pytest
 
 from reporters import QuietReporter
 from save_scan import scan
+from xla_images import settings
 from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.registry import Registry
 from xla_images.run.building import build
 from xla_images.run import engine
+from xla_images.run import registry as registries
 from xla_images.run.shipping import publish
-from xla_images.run.packages import wheelhouse as wheels
+from xla_images.run.packages import lock as wheels
 from xla_images.run.building.build import BuildOptions, Outcome
 
 RELEASE = "8.91.0"
@@ -33,7 +35,7 @@ RELEASE = "8.91.0"
 @pytest.fixture(scope="module")
 def pair(make_project):
     """The tpu and cpu flavours of one release, built together (two at a time) through BuildKit."""
-    if not engine.buildkit.use_buildkit():
+    if not engine.buildkit.use_buildkit(settings.read_builder()):
         pytest.skip(f"BuildKit is not usable here: {engine.buildkit.buildx_info().problem}")
     project = make_project(RELEASE, accelerators=("tpu", "cpu"), payload=b"x" * (1 << 20))
     plan = project.plan()
@@ -130,7 +132,7 @@ def own_registry(tmp_path: Path):
 
 
 def test_second_flavour_of_a_release_uploads_only_its_own_layer(pair, own_registry) -> None:
-    client = publish.RegistryClient(own_registry)
+    client = registries.RegistryClient(own_registry)
     transfers: dict[str, publish.Transfer] = {}
     cpu, tpu = pair.flavour(RELEASE, "cpu"), pair.flavour(RELEASE, "tpu")
     lines: list[str] = []

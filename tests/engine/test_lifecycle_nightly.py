@@ -20,7 +20,7 @@ from xla_images import names
 from xla_images.model import lockfile
 from xla_images.model.flavour import Flavour
 from xla_images.run.checking import checks
-from xla_images.run.packages import wheelhouse as wheels
+from xla_images.run.packages import lock as wheels
 
 BASE = "8.90.0"
 NIGHT = "20261201"

@@ -20,7 +20,7 @@ from publish_support import PASSWORD, Project, build_image, make_project, regist
 from registry_process import REPO, RegistryProcess, free_port, running
 from xla_images import names
 from xla_images.run import engine
-from xla_images.run.shipping import publish
+from xla_images.run import registry as registries
 
 
 # --- fixtures --------------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_registry_killed_mid_push_leaves_no_tag_then_a_second_push_completes(
     project.published.write_text('{"schema": 1, "flavours": {}}\n', encoding="utf-8")
     before = project.published.read_bytes()
 
-    env = {**os.environ, "CI": "true", publish.USER_ENV: "ci-bot", publish.PASSWORD_ENV: PASSWORD}
+    env = {**os.environ, "CI": "true", registries.USER_ENV: "ci-bot", registries.PASSWORD_ENV: PASSWORD}
     command = [sys.executable, str(REPO / "build.py"), "push", project.flavour.tag, "--registry", target,
                "--matrix", str(project.root / "matrix.yaml"), "--site", str(project.root / "site.yaml")]
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -23,6 +23,7 @@ import yaml
 from xla_images.generate import cigen
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
+from xla_images.model import published as model_published
 from xla_images.run.shipping import publish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -328,7 +329,7 @@ def test_merge_job_unions_the_parts(files: dict[Path, str], plan: Plan, tmp_path
     (tmp_path / "parts" / "reports-x").mkdir()  # other artifacts may sit next to the parts
     result = run_merge_step(files, plan, tmp_path)
     assert result.returncode == 0, result.stderr
-    merged = publish.read_published(tmp_path / "published.json")
+    merged = model_published.read_published(tmp_path / "published.json")
     assert sorted(merged) == sorted(f.tag for f in chosen)
     assert list(json.loads((tmp_path / "published.json").read_text())["flavours"]) == sorted(merged)
     for flavour in chosen:
@@ -370,8 +371,8 @@ def digest_of(tag: str) -> str:
     return "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
 
 
-def published_entry(flavour: Any, registry: str) -> publish.Published:
-    return publish.Published(flavour.tag, flavour.tags, registry, digest_of(flavour.tag), dict(flavour.labels),
+def published_entry(flavour: Any, registry: str) -> model_published.Published:
+    return model_published.Published(flavour.tag, flavour.tags, registry, digest_of(flavour.tag), dict(flavour.labels),
                              flavour.to_json(), "2026-12-01T00:00:00+00:00")
 
 

@@ -29,6 +29,7 @@ import pytest
 from xla_images.errors import ConfigError, Failure
 from xla_images.generate.plan import load_plan
 from xla_images.model.registry import Mirror, Registry
+from xla_images.model import published as model_published
 from xla_images.run.shipping import promote, publish
 from xla_images.run import registry as registries
 from xla_images.run.registry import RetryPolicy, credentials as creds, policy
@@ -372,7 +373,7 @@ def test_resolve_offers_no_environment_credential_to_the_host_a_published_json_n
     elsewhere = hosts("127.0.0.2", basic_registry)
     flavour = load_plan(ROOT / "matrix.yaml").flavours[0]
     path = tmp_path / "published.json"
-    publish.record_published(path, [publish.Published(flavour.tag, flavour.tags, f"{elsewhere.host}/xla-images",
+    publish.record_published(path, [model_published.Published(flavour.tag, flavour.tags, f"{elsewhere.host}/xla-images",
                                                       DIGEST, {}, flavour.to_json(), "now")])
     env = {key: value for key, value in os.environ.items() if not key.startswith("XLA_IMAGES_REGISTRY")}
     env.update({creds.USER_ENV: USER, creds.PASSWORD_ENV: SECRET, "DOCKER_CONFIG": str(tmp_path / "none")})
@@ -599,7 +600,7 @@ def test_a_refused_registry_answer_is_exit_1_with_one_line_naming_the_rule(hosts
     registry.route = tricky_registry(f"{realm.url}/token", f"http://{other.host}\\@{registry.host}/landed")
     flavour = load_plan(ROOT / "matrix.yaml").flavours[0]
     path = tmp_path / "published.json"
-    publish.record_published(path, [publish.Published(flavour.tag, flavour.tags, f"{registry.host}/repo",
+    publish.record_published(path, [model_published.Published(flavour.tag, flavour.tags, f"{registry.host}/repo",
                                                       DIGEST, {}, flavour.to_json(), "now")])
     env = {key: value for key, value in os.environ.items() if not key.startswith("XLA_IMAGES_REGISTRY")}
     env.update({creds.USER_ENV: USER, creds.PASSWORD_ENV: SECRET, "DOCKER_CONFIG": str(tmp_path / "none"),

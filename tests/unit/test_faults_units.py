@@ -17,7 +17,7 @@ from xla_images.errors import Failure
 from xla_images.model.registry import Registry
 from xla_images.run import engine
 from xla_images.run.shipping import publish
-from xla_images.run.shipping.publish import RetryPolicy
+from xla_images.run.registry import RetryPolicy
 
 NO_WAIT = RetryPolicy(attempts=3, first_wait=0.0, max_wait=0.0)
 DIGEST = "sha256:" + "a" * 64

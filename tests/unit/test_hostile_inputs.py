@@ -16,7 +16,7 @@ from hostile_inputs import (BOMB, FIXTURE_LOCK, MATRICES_AS_WRITTEN, MATRIX, MAT
 from xla_images import yamlsrc
 from xla_images.errors import ConfigError
 from xla_images.model import lockfile
-from xla_images.run.shipping import publish
+from xla_images.model import published as model_published
 
 @pytest.mark.parametrize("text, rule, needle", [case[1:] for case in MATRIX_CASES], ids=[c[0] for c in MATRIX_CASES])
 def test_hostile_matrix_is_refused_with_rule_and_line(tmp_path: Path, text: str, rule: str, needle: str | None) -> None:
@@ -193,9 +193,9 @@ def test_hostile_published_json_is_refused(tmp_path: Path, text: str, message: s
 
 
 def test_a_good_published_json_still_parses() -> None:
-    entries = publish.parse_published(_published(), "p.json")
+    entries = model_published.parse_published(_published(), "p.json")
     assert entries["r2.9.0_3.11_cpu"].digest == DIGEST
-    promoted = publish.parse_published(_published(promotions=[{"registry": "127.0.0.1:9/y", "digest": DIGEST,
+    promoted = model_published.parse_published(_published(promotions=[{"registry": "127.0.0.1:9/y", "digest": DIGEST,
                                                                "ref": "r", "from": "f", "promoted_at": "t"}]), "p")
     assert promoted["r2.9.0_3.11_cpu"].promotions[0]["registry"] == "127.0.0.1:9/y"
 
@@ -204,7 +204,7 @@ def test_a_tag_written_twice_is_named_at_its_second_line(tmp_path: Path) -> None
     text = ('{"schema": 1, "flavours": {\n"r2.9.0_3.11_cpu": %s,\n"r2.9.0_3.11_cpu": %s}}'
             % (json.dumps(GOOD_ENTRY), json.dumps(GOOD_ENTRY)))
     with pytest.raises(ConfigError) as caught:
-        publish.parse_published(text, "p.json")
+        model_published.parse_published(text, "p.json")
     assert caught.value.location.line == 3
 
 

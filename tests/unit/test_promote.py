@@ -12,7 +12,7 @@ from xla_images.errors import Failure
 from xla_images.model.flavour import Accelerator
 from xla_images.model.registry import Registry
 from xla_images.run.shipping import promote
-from xla_images.run.shipping.publish import RegistryClient
+from xla_images.run.registry import RegistryClient
 from xla_images.run.registry import RetryPolicy
 
 from lifecycle_data import digest, flavours

@@ -12,7 +12,8 @@ import pytest
 from xla_images.errors import ConfigError
 from xla_images.model.registry import Registry
 from xla_images.run.shipping import prune
-from xla_images.run.shipping.publish import Published, read_published, record_published
+from xla_images.run.shipping.publish import record_published
+from xla_images.model.published import Published, read_published
 
 from lifecycle_data import digest
 

@@ -18,8 +18,10 @@ from xla_images.model.compression import Compression
 from xla_images.model.registry import Registry
 from xla_images.model.target import Target
 from xla_images.run import engine
+from xla_images.model import published as model_published
+from xla_images.run import registry as registries
 from xla_images.run.shipping import publish
-from xla_images.run.shipping.publish import Credentials, RegistryClient, RetryPolicy
+from xla_images.run.registry import Credentials, RegistryClient, RetryPolicy
 from xla_images.run.registry import client as registry_client
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -57,16 +59,16 @@ def test_loopback_registries_speak_http_others_https() -> None:
 # --- credentials ------------------------------------------------------------------------------------------
 
 def test_credentials_from_environment_win() -> None:
-    env = {publish.USER_ENV: "ci", publish.PASSWORD_ENV: SECRET}
-    credentials = publish.load_credentials("h:1", env, docker_config=Path("/nonexistent"), named=("h:1",))
+    env = {registries.USER_ENV: "ci", registries.PASSWORD_ENV: SECRET}
+    credentials = registries.load_credentials("h:1", env, docker_config=Path("/nonexistent"), named=("h:1",))
     assert credentials is not None and (credentials.username, credentials.password) == ("ci", SECRET)
 
 
 def test_credentials_half_set_is_a_config_error_without_the_value() -> None:
     with pytest.raises(ConfigError) as caught:
-        publish.load_credentials("h:1", {publish.PASSWORD_ENV: SECRET})
+        registries.load_credentials("h:1", {registries.PASSWORD_ENV: SECRET})
     assert SECRET not in caught.value.render()
-    assert publish.USER_ENV in caught.value.render()
+    assert registries.USER_ENV in caught.value.render()
 
 
 def test_credentials_from_docker_config(tmp_path: Path) -> None:
@@ -74,16 +76,16 @@ def test_credentials_from_docker_config(tmp_path: Path) -> None:
     auth = base64.b64encode(f"bob:{SECRET}".encode()).decode()
     config.write_text(json.dumps({"auths": {"https://reg.example.com/v1/": {"auth": auth},
                                             "other:5000": {"auth": "eDp5"}}}))
-    credentials = publish.load_credentials("reg.example.com", {}, docker_config=config)
+    credentials = registries.load_credentials("reg.example.com", {}, docker_config=config)
     assert credentials is not None and (credentials.username, credentials.password) == ("bob", SECRET)
     assert credentials.source == f"`auths` in {config}"
-    assert publish.load_credentials("unknown:1", {}, docker_config=config) is None
+    assert registries.load_credentials("unknown:1", {}, docker_config=config) is None
 
 
 def test_docker_config_found_through_DOCKER_CONFIG(tmp_path: Path) -> None:
     auth = base64.b64encode(b"u:p").decode()
     (tmp_path / "config.json").write_text(json.dumps({"auths": {"h:1": {"auth": auth}}}))
-    credentials = publish.load_credentials("h:1", {"DOCKER_CONFIG": str(tmp_path)})
+    credentials = registries.load_credentials("h:1", {"DOCKER_CONFIG": str(tmp_path)})
     assert credentials is not None and credentials.username == "u"
 
 
@@ -92,7 +94,7 @@ def test_malformed_docker_config_auth_is_not_echoed(tmp_path: Path) -> None:
     bad = base64.b64encode(SECRET.encode()).decode()  # no colon: not USER:PASSWORD
     config.write_text(json.dumps({"auths": {"h:1": {"auth": bad}}}))
     with pytest.raises(ConfigError) as caught:
-        publish.load_credentials("h:1", {}, docker_config=config)
+        registries.load_credentials("h:1", {}, docker_config=config)
     assert SECRET not in caught.value.render() and bad not in caught.value.render()
 
 
@@ -101,14 +103,14 @@ def test_credentials_repr_and_redaction_hide_the_password() -> None:
     assert SECRET not in repr(credentials)
     encoded = base64.b64encode(f"ci:{SECRET}".encode()).decode()
     text = f"login ci:{SECRET} header Basic {encoded}"
-    redacted = publish.redact(text, credentials)
+    redacted = registries.redact(text, credentials)
     assert SECRET not in redacted and encoded not in redacted and "***" in redacted
 
 
 def test_redacting_scrubs_failures_raised_inside() -> None:
     credentials = Credentials("ci", SECRET)
     with pytest.raises(Failure) as caught:
-        with publish.redacting(credentials):
+        with registries.redacting(credentials):
             raise Failure(f"push failed: auth ci:{SECRET} refused", hint=f"retry with {SECRET}")
     assert SECRET not in caught.value.render()
     assert SECRET not in str(caught.value)
@@ -386,7 +388,7 @@ def test_push_all_records_only_verified_flavours(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(Failure):
         publish.push_all([first, second], Registry.parse("127.0.0.1:5999/xla-images"), path,
                          retry=NO_WAIT)
-    recorded = publish.read_published(path)
+    recorded = model_published.read_published(path)
     assert list(recorded) == [first.tag]
 
 
@@ -405,9 +407,9 @@ def test_push_all_refuses_up_front_when_any_image_is_not_built(monkeypatch: pyte
 
 # --- published.json ---------------------------------------------------------------------------------------
 
-def entry(tag: str, digest: str, **facts: Any) -> publish.Published:
+def entry(tag: str, digest: str, **facts: Any) -> model_published.Published:
     flavour = make_flavour(**facts)
-    return publish.Published(tag, (tag,), "127.0.0.1:5000/xla-images", digest, {}, flavour.to_json(), "now")
+    return model_published.Published(tag, (tag,), "127.0.0.1:5000/xla-images", digest, {}, flavour.to_json(), "now")
 
 
 def test_record_published_merges_and_replaces(tmp_path: Path) -> None:
@@ -415,7 +417,7 @@ def test_record_published_merges_and_replaces(tmp_path: Path) -> None:
     publish.record_published(path, [entry("a", DIGEST_A)])
     publish.record_published(path, [entry("b", DIGEST_B)])
     publish.record_published(path, [entry("a", DIGEST_B)])
-    recorded = publish.read_published(path)
+    recorded = model_published.read_published(path)
     assert {tag: item.digest for tag, item in recorded.items()} == {"a": DIGEST_B, "b": DIGEST_B}
     assert [p.name for p in tmp_path.iterdir()] == ["published.json"]  # no temporary file left behind
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from xla_images.errors import ConfigError
+from xla_images.model import published as model_published
 from xla_images.run.shipping import publish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,12 +22,12 @@ DIGEST_B = "sha256:" + "b" * 64
 DIGEST_C = "sha256:" + "c" * 64
 
 
-def entry(tag: str, digest: str, registry: str = REGISTRY) -> publish.Published:
-    return publish.Published(tag, (tag, f"{tag}-alias"), registry, digest, {"org.example": "x"},
+def entry(tag: str, digest: str, registry: str = REGISTRY) -> model_published.Published:
+    return model_published.Published(tag, (tag, f"{tag}-alias"), registry, digest, {"org.example": "x"},
                              {"tag": tag}, "2026-12-01T00:00:00+00:00")
 
 
-def part(root: Path, name: str, *entries: publish.Published) -> Path:
+def part(root: Path, name: str, *entries: model_published.Published) -> Path:
     """A part as one build job's push leaves it: published.json holding that job's flavours."""
     path = root / "parts" / f"published-{name}" / "published.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +62,7 @@ def test_good_parts_merge_sorted_in_the_format_push_writes(tmp_path: Path) -> No
     pushed = tmp_path / "pushed.json"
     publish.record_published(pushed, [entry("b", DIGEST_B), entry("c", DIGEST_C), entry("a", DIGEST_A)])
     assert merged == pushed.read_text()
-    assert publish.read_published(tmp_path / "merged.json")["a"].tags == ("a", "a-alias")
+    assert model_published.read_published(tmp_path / "merged.json")["a"].tags == ("a", "a-alias")
 
 
 def test_output_defaults_to_published_json_and_replaces_it(tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_output_defaults_to_published_json_and_replaces_it(tmp_path: Path) -> No
     source = part(tmp_path, "a", entry("a", DIGEST_A))
     result = merge_cli(tmp_path, str(source))
     assert result.returncode == 0, result.stderr
-    assert sorted(publish.read_published(tmp_path / "published.json")) == ["a"]
+    assert sorted(model_published.read_published(tmp_path / "published.json")) == ["a"]
 
 
 def test_a_part_of_another_schema_is_refused_by_name(tmp_path: Path) -> None:
@@ -119,7 +120,7 @@ def test_the_same_entry_in_two_parts_is_merged_once(tmp_path: Path) -> None:
     second = part(tmp_path, "two", entry("a", DIGEST_A), entry("b", DIGEST_B))
     result = merge_cli(tmp_path, str(first), str(second))
     assert result.returncode == 0, result.stderr
-    assert sorted(publish.read_published(tmp_path / "published.json")) == ["a", "b"]
+    assert sorted(model_published.read_published(tmp_path / "published.json")) == ["a", "b"]
 
 
 def test_no_parts_is_a_usage_error(tmp_path: Path) -> None:
@@ -149,7 +150,7 @@ def test_parts_without_a_flavour_are_refused(tmp_path: Path) -> None:
 # --- the function ------------------------------------------------------------------------------------------
 
 def test_merge_keeps_every_field_of_an_entry(tmp_path: Path) -> None:
-    promoted = publish.Published("a", ("a",), REGISTRY, DIGEST_A, {}, {"tag": "a"}, "then",
+    promoted = model_published.Published("a", ("a",), REGISTRY, DIGEST_A, {}, {"tag": "a"}, "then",
                                  ({"registry": "prod.example/x", "digest": DIGEST_A, "ref": "prod.example/x@"
                                    + DIGEST_A, "from": REGISTRY, "promoted_at": "later"},))
     merged = publish.merge_published_parts([part(tmp_path, "a", promoted), part(tmp_path, "b", entry("b", DIGEST_B))])

@@ -10,6 +10,7 @@ from targets import make_flavour
 from xla_images.errors import Failure
 from xla_images.model.flavour import Abi, Accelerator
 from xla_images.model.registry import Registry
+from xla_images.model import published as model_published
 from xla_images.run.shipping import publish, resolve
 
 DIGEST_A, DIGEST_B, DIGEST_C = ("sha256:" + letter * 64 for letter in "abc")
@@ -17,7 +18,7 @@ DIGEST_A, DIGEST_B, DIGEST_C = ("sha256:" + letter * 64 for letter in "abc")
 
 def published(tmp_path: Path, *flavours: tuple[Any, str]) -> Path:
     path = tmp_path / "published.json"
-    entries = [publish.Published(f.tag, f.tags, "127.0.0.1:5000/xla-images", digest, {}, f.to_json(), "now")
+    entries = [model_published.Published(f.tag, f.tags, "127.0.0.1:5000/xla-images", digest, {}, f.to_json(), "now")
                for f, digest in flavours]
     publish.record_published(path, entries)
     return path

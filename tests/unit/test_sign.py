@@ -11,7 +11,7 @@ from xla_images.errors import ConfigError
 from xla_images.model.registry import Registry
 from xla_images.model.site import load_site
 from xla_images.run.shipping import sign
-from xla_images.run.shipping.publish import Credentials
+from xla_images.run.registry import Credentials
 
 PRIVATE = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
 PUBLIC = "-----BEGIN PUBLIC KEY-----\nBBBB\n-----END PUBLIC KEY-----\n"

@@ -17,7 +17,7 @@ from xla_images.errors import ConfigError, Failure
 from xla_images.generate import sync
 from xla_images.generate.plan import Plan, load_plan
 from xla_images.model import lockfile
-from xla_images.model.site import WheelSource
+from xla_images.model.site import WheelSource, load_site
 from xla_images.run.building import context
 from xla_images.run.packages import lock as wheels, wheelhouse as hostwheels
 
@@ -468,3 +468,15 @@ def test_a_wheel_cache_number_past_the_digit_bound_is_refused_before_conversion(
     with pytest.raises(ConfigError) as caught:
         wheel_index.load(path)
     assert caught.value.rule == "wheel-cache" and "a number of 5000 digits" in caught.value.message
+
+
+def test_a_local_wheel_pip_gave_no_hash_for_is_hashed_from_the_file(tmp_path: Path) -> None:
+    """pip's report may carry no sha256 for a file: URL (a wheelhouse, a local find-links folder): the lock takes
+    the file's own, and marks the entry local (the build context copies it)."""
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not really a zip, only bytes to hash")
+    item = {"download_info": {"url": wheel.as_uri(), "archive_info": {}},
+            "metadata": {"name": "Demo", "version": "1.0"}}
+    entry = wheels.Resolver(load_site(None))._entry(item, [tmp_path])
+    assert entry.sha256 == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert (entry.name, entry.version, entry.filename, entry.local) == ("demo", "1.0", wheel.name, True)

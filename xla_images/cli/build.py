@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from .. import userfiles
+from .. import settings, userfiles
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..model.target import Target
@@ -61,7 +61,8 @@ def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jo
     """
     flavours = select(plan, names, filters)
     options = building.BuildOptions(jobs=jobs, keep_going=keep_going, force=force, ca_bundle=ca_bundle,
-                                    wheelhouse=wheelhouse, reports_dir=reports_dir, prune_cache=prune_cache)
+                                    wheelhouse=wheelhouse, reports_dir=reports_dir, prune_cache=prune_cache,
+                                    builder=settings.read_builder())
     console = Console(stderr=True)
     live = console.is_terminal and not in_ci()
     with _sigterm_interrupts(), _reporter(console, live) as reporter:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import click
 
+from .. import settings
 from ..errors import ConfigError
 from ..generate.plan import Plan, load_plan
 from ..model.flavour import Abi, Accelerator, Variant
@@ -46,7 +47,8 @@ def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--site", "site_path", type=click.Path(path_type=Path), default=None,
                   help=f"Site settings file (default: {DEFAULT_SITE} next to the matrix, if present).")
     @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                  help="Override a site setting, e.g. --set registry=127.0.0.1:5000/xla-images. Repeatable.")
+                  help="Override a site setting, e.g. --set registry=127.0.0.1:5000/xla-images. Repeatable. KEY: "
+                       + ", ".join(setting.set_key or setting.name for setting in settings.SITE_SETTINGS) + ".")
     @functools.wraps(command)
     def wrapper(*args: Any, matrix_path: Path, site_path: Path | None, overrides: tuple[str, ...],
                 **kwargs: Any) -> Any:
@@ -90,7 +92,7 @@ def figure(value: Any, pattern: str) -> str:
 
 def in_ci() -> bool:
     """CI logs want plain lines, not live displays."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    return settings.read_ci()
 
 
 def select(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None]) -> list[Target]:

@@ -5,6 +5,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .. import settings
 from ..errors import Failure
 from ..generate.plan import Plan
 from ..run import doctor as doctoring
@@ -21,7 +22,7 @@ def doctor(plan: Plan) -> None:
     CA bundle, free disk at the engine's root, debootstrap, shellcheck, hadolint, the optional extras of the
     install (e.g. 'plot' for `bench --plot`). Exit 1 when a required item is missing.
     """
-    report = doctoring.diagnose(plan)
+    report = doctoring.diagnose(plan, builder=settings.read_builder())
     console = Console()
     if console.is_terminal and not in_ci():
         console.print(_doctor_table(report))

@@ -8,20 +8,21 @@ import click
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
-from ..run.shipping import publish, sign as signing
+from ..model import published as model_published
+from ..run.shipping import sign as signing
 from ..run import registry as registries
 from ..run.checking import sbom as sboms
 from .common import flavour_filters, plan_options, published_option, reports_option, say, select
 
 
 def _entries(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None],
-             published_path: Path | None) -> list[publish.Published]:
+             published_path: Path | None) -> list[model_published.Published]:
     """published.json's records of the selected flavours; a selected flavour not published is an error."""
     path = published_path or plan.root / PUBLISHED_NAME
     if not path.is_file():
         raise ConfigError(f"{path} does not exist", rule="sign-published",
                           hint="push first: `build.py push TAGS` records the digests to sign")
-    published = publish.read_published(path)
+    published = model_published.read_published(path)
     chosen = select(plan, names, filters) if names or any(filters.values()) else None
     tags = [flavour.tag for flavour in chosen] if chosen is not None else sorted(published)
     missing = [tag for tag in tags if tag not in published]
@@ -64,7 +65,7 @@ def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key
     named = registries.named_hosts(plan.site.registry)  # the environment's credentials go to no other host
     root = reports_dir or plan.root / REPORTS
 
-    def sbom_for(entry: publish.Published) -> Path:
+    def sbom_for(entry: model_published.Published) -> Path:
         image = signing.pushed_image(entry, named)
         registry, _, digest = entry.ref.partition("@")
         subject = sboms.Subject(name=registry, image_id=str(sboms.local_subject(image).image_id), tag=entry.tag,

@@ -17,7 +17,7 @@ from ..model import matrix, nightly, wheel_index
 from ..model.flavour import Variant
 from ..model.site import Site, load_site
 from ..model.target import Target, bind, content_id
-from ..names import DOCKERFILES, HOME_HOOK_SCRIPT, INSTALL_SCRIPT, LOCK_NAME, SPLIT_SCRIPT
+from ..names import DOCKERFILES, HOME_HOOK_SCRIPT, INSTALL_SCRIPT, SPLIT_SCRIPT, lock_file
 from ..userfiles import resolve_path
 from . import render
 
@@ -77,7 +77,7 @@ class Plan:
         return self.root / DOCKERFILES / flavour.runtime_tag
 
     def lock_path(self, flavour: Target) -> Path:
-        return self.flavour_dir(flavour) / LOCK_NAME
+        return lock_file(self.root, flavour.runtime_tag)
 
     @property
     def smoke_dir(self) -> Path:
@@ -105,7 +105,7 @@ def plan_for_site(matrix_path: Path, site: Site) -> Plan:
     # Bound first: a nightly's wheel source is chosen by its release's version, not by the night it pins.
     targets = nightly.pin_from_locks(bind(matrix.load_flavours(matrix_path), site), root)
     check_wheels(targets, wheel_index.load(root / wheel_index.WHEELS_FILE))
-    locks = {target.tag: _read(root / DOCKERFILES / target.tag / LOCK_NAME) for target in targets}
+    locks = {target.tag: _read(lock_file(root, target.tag)) for target in targets}
     rendered = {target.tag: render.render_flavour(target, locks[target.tag]) for target in targets}
     smoke_digest = _tree_digest(resources.smoke_dir())
     scripts_digest = build_scripts_digest()

@@ -1,4 +1,6 @@
-"""docs/rules.md, the page that lists every rule, made from the catalogue (xla_images/rules.py).
+"""docs/rules.md, the page that lists every rule, made from the catalogue (xla_images/rules.py); and the
+settings list of docs/site.md, made from xla_images/settings.py (the rest of that page is hand-written prose
+around the generated block, which `render` replaces between its two marker lines).
 
 `render` writes it and `render --check` reports its drift, like every generated file (generate.sync), so the
 page and `build.py explain` never disagree. Written only where the repository keeps its docs (a docs/ folder
@@ -8,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import rules
+from .. import rules, settings, userfiles
 
 RULES_PAGE = Path("docs") / "rules.md"
+SITE_PAGE = Path("docs") / "site.md"
 
 _HEAD = """\
 # Rules: every error, by its rule
@@ -42,6 +45,23 @@ def rules_page() -> str:
     return _HEAD + "\n".join(rows) + "\n"
 
 
+def site_page(text: str) -> str:
+    """docs/site.md with its settings block rendered from the declarations; a page that lost its markers gets
+    the block appended (so `render --check` reports it rather than letting the list go stale)."""
+    block = "\n".join(settings.doc_lines())
+    begin, end = text.find(settings.DOC_BEGIN), text.find(settings.DOC_END)
+    if begin < 0 or end < begin:
+        return text.rstrip("\n") + "\n\n" + block + "\n"
+    return text[:begin] + block + text[end + len(settings.DOC_END):]
+
+
 def generated_files(root: Path) -> dict[Path, str]:
-    """The rules page, by path relative to `root`, when `root` keeps a docs/ folder."""
-    return {RULES_PAGE: rules_page()} if (root / RULES_PAGE.parent).is_dir() else {}
+    """The rules page and the settings list of the site page, by path relative to `root`, when `root` keeps a
+    docs/ folder (and, for the site page, a docs/site.md to render the list into)."""
+    if not (root / RULES_PAGE.parent).is_dir():
+        return {}
+    files = {RULES_PAGE: rules_page()}
+    text = userfiles.read_optional(root / SITE_PAGE)
+    if text is not None:
+        files[SITE_PAGE] = site_page(text)
+    return files

@@ -4,7 +4,8 @@ A release with `channel: nightly` asks for any dev build of its version (`2.10.0
 newest one the site's nightly wheel source holds and writes it into the lock. `pin_from_locks` (called by the
 plan, after binding and before rendering) reads the locked torch/torch_xla versions back into the Target,
 which then carries the dated tag, labels and env. Refusing an image that is not the night it claims is
-run.nightly's job.
+run.checking.nightly_check's job (`verify_image`, called by run.shipping.publish before a push; the image
+check `test_image.py` asks its `mismatches` too).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Iterable
 
 from .. import userfiles
 from ..errors import ConfigError, Location
-from ..names import DOCKERFILES, LOCK_NAME
+from ..names import lock_file
 from .flavour import AnyFlavour, dev_base
 from .lockfile import parse_lock
 
@@ -22,7 +23,7 @@ PACKAGES = {"torch": "torch", "torch_xla": "torch-xla"}  # module -> canonical n
 
 def pin_from_locks(flavours: Iterable[AnyFlavour], root: Path) -> list[AnyFlavour]:
     """Nightly flavours with a lock get that night's versions; the others are returned as they are."""
-    return [pin_from_lock(flavour, root / DOCKERFILES / flavour.tag / LOCK_NAME) if flavour.is_nightly
+    return [pin_from_lock(flavour, lock_file(root, flavour.tag)) if flavour.is_nightly
             else flavour for flavour in flavours]
 
 

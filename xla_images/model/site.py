@@ -2,26 +2,25 @@
 
 Three layers, later wins: the built-in defaults (xla_images/site_defaults.yaml), an optional
 site.yaml, and `--set key=value` options. Mappings merge key by key; lists and scalars replace.
+Which settings exist, which `--set` values are text, and the order they are validated in come from their one
+declaration, xla_images/settings.py; each has its validator here, in VALIDATORS.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from .. import resources, yamlsrc
+from .. import resources, settings, yamlsrc
 from ..errors import ConfigError, ErrorList, Location, XlaImagesError, shorten, shown_value, without_credentials
 from .compression import Compression, parse_compression
 from .flavour import Abi, Channel
 from .registry import EXAMPLE, IMAGE_REFERENCE, MIRROR_EXAMPLE, SHAPE, mirror_problem, registry_problem
 
-CA_ENV_VARS = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-TOP_KEYS = {"registry", "ca_bundle", "bases", "wheel_sources", "cosign_public_key", "compression",
-            "pull_mirror"}
+TOP_KEYS = set(settings.SITE_KEYS)
 SOURCE_KEYS = {"name", "match", "index_url", "extra_index_urls", "find_links", "wheelhouse", "torch_local",
                "torch_xla_local"}
 MATCH_KEYS = {"torch_xla", "abi", "channel"}
@@ -41,6 +40,7 @@ URL = re.compile(rf"(?:https?|file)://{_VISIBLE}{{1,2040}}")
 # A find_links entry: a URL (it lands in pip.conf) or a host folder (it does not).
 FIND_LINK = re.compile(rf"{URL.pattern}|(?!.*://){_PATH.pattern}")
 DECIMAL = re.compile(r"[-+]?[0-9]+", re.ASCII)
+Where = Callable[..., Location]  # a setting's key path -> where it was written (file:line or --set)
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,7 @@ class Site:
         if setting in ("none", ""):
             return None
         if setting == "auto":
-            for name in CA_ENV_VARS:
-                value = os.environ.get(name)
-                if value and Path(value).is_file():
-                    return Path(value)
-            return None
+            return settings.read_ca_bundle()
         path = Path(setting)
         if not path.is_absolute():
             path = self.root / path
@@ -182,7 +178,7 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
         raise ConfigError(f"unknown site setting {shown_value(head)}", location=where, rule="site-unknown-key",
                           hint=f"known settings: {', '.join(sorted(TOP_KEYS))}")
     value: Any = ""
-    if head in ("registry", "ca_bundle", "cosign_public_key", "pull_mirror") or (head == "bases" and rest):
+    if head in settings.SET_TEXT_KEYS or (head == "bases" and rest):
         value = raw_value  # plain strings: `3.11` or `none` must not become a float or null
     elif raw_value.strip():
         try:  # bounded like a file: an alias bomb in --set is refused, not built
@@ -254,7 +250,24 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         doc = origin.get(key)
         return doc.loc((key, *rest)) if doc else Location("site settings")
 
-    registry = data.get("registry")
+    # Each setting's validator, in the declaration's order: every bad setting is reported, in that order.
+    values = {setting.name: VALIDATORS[setting.name](data.get(setting.name), where, errors)
+              for setting in settings.SITE_SETTINGS}
+    if errors:
+        raise ErrorList(errors) if len(errors) > 1 else errors[0]
+    return Site(
+        registry=str(values["registry"]),
+        ca_bundle_setting=str(values["ca_bundle"]),
+        bases={str(k): str(v) for k, v in values["bases"].items()},
+        wheel_sources=tuple(values["wheel_sources"]),
+        root=root,
+        cosign_public_key_setting=values["cosign_public_key"] or None,
+        compression=values["compression"],
+        pull_mirror=values["pull_mirror"],
+    )
+
+
+def _registry(registry: Any, where: Where, errors: list[XlaImagesError]) -> Any:
     problem = registry_problem(registry) if isinstance(registry, str) and _PLAIN.fullmatch(registry) else SHAPE
     if problem is not None:
         # The grammar every --registry option is parsed with: a site registry that push would refuse is refused
@@ -262,40 +275,36 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         detail = "" if problem == SHAPE else f" ({problem})"
         errors.append(ConfigError(f"registry must be HOST[:PORT]/REPOSITORY{detail}", location=where("registry"),
                                   rule="site-registry", hint=f"for example {EXAMPLE}"))
-    ca_setting = data.get("ca_bundle")
+    return registry
+
+
+def _ca_bundle(ca_setting: Any, where: Where, errors: list[XlaImagesError]) -> Any:
     if ca_setting is None:
         ca_setting = "none"
     if not isinstance(ca_setting, str) or (ca_setting and not _PATH.fullmatch(ca_setting)):
         errors.append(ConfigError("ca_bundle must be a path, `auto` or `none`", location=where("ca_bundle"),
                                   rule="site-ca-bundle", hint="a path without control characters"))
-    bases = _bases(data.get("bases"), where, errors)
-    rules = _wheel_sources(data.get("wheel_sources"), where, errors)
-    public_key = data.get("cosign_public_key")
+    return ca_setting
+
+
+def _cosign_public_key(public_key: Any, where: Where, errors: list[XlaImagesError]) -> Any:
     if public_key is not None and (not isinstance(public_key, str) or not _PATH.fullmatch(public_key)):
         errors.append(ConfigError("cosign_public_key must be a path to a cosign public key (or a cosign key URI)",
                                   location=where("cosign_public_key"), rule="site-cosign-public-key"))
-    compression = Compression()
+    return public_key
+
+
+def _compression(value: Any, where: Where, errors: list[XlaImagesError]) -> Compression:
     try:
-        compression = parse_compression(data.get("compression"), where("compression"))
+        return parse_compression(value, where("compression"))
     except ConfigError as error:
         errors.append(error)
-    pull_mirror = _pull_mirror(data.get("pull_mirror"), where("pull_mirror"), errors)
-    if errors:
-        raise ErrorList(errors) if len(errors) > 1 else errors[0]
-    return Site(
-        registry=str(registry),
-        ca_bundle_setting=str(ca_setting),
-        bases={str(k): str(v) for k, v in bases.items()},
-        wheel_sources=tuple(rules),
-        root=root,
-        cosign_public_key_setting=public_key or None,
-        compression=compression,
-        pull_mirror=pull_mirror,
-    )
+        return Compression()
 
 
-def _pull_mirror(value: Any, where: Location, errors: list[XlaImagesError]) -> str | None:
+def _pull_mirror(value: Any, where_of: Where, errors: list[XlaImagesError]) -> str | None:
     """null or empty (`--set pull_mirror=`): no mirror; else `HOST[:PORT][/PREFIX]` as --mirror takes it."""
+    where = where_of("pull_mirror")
     if value is None or value == "":
         return None
     problem = mirror_problem(value) if isinstance(value, str) and _PLAIN.fullmatch(value) else "not a string"
@@ -446,3 +455,11 @@ def _as_list(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     return [str(item) for item in value]
+
+
+# One validator per declared site setting (settings.SITE_SETTINGS): value, where, errors -> the value to keep.
+VALIDATORS: dict[str, Callable[[Any, Where, list[XlaImagesError]], Any]] = {
+    "registry": _registry, "ca_bundle": _ca_bundle, "bases": _bases, "wheel_sources": _wheel_sources,
+    "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror}
+if set(VALIDATORS) != settings.SITE_KEYS:  # a setting declared without a validator (or the reverse): said at once
+    raise ValueError(f"site validators and settings disagree on {sorted(set(VALIDATORS) ^ settings.SITE_KEYS)}")

@@ -57,12 +57,13 @@ class Report:
         return [item for item in self.items if item.status is not Status.OK and item not in self.missing_required()]
 
 
-def diagnose(plan: Plan) -> Report:
+def diagnose(plan: Plan, builder: str = "auto") -> Report:
+    """What the site needs, looked at once; `builder` is the builder setting (settings.read_builder)."""
     report = Report()
     engine_item = check_engine()
     report.items.append(engine_item)
     engine_up = engine_item.status is Status.OK
-    report.items.append(check_buildkit(engine_up))
+    report.items.append(check_buildkit(engine_up, builder))
     report.items.append(check_registry(plan.site.registry))
     pythons = sorted({flavour.python for flavour in plan.flavours}, key=lambda v: tuple(map(int, v.split("."))))
     base_items = [check_base(python, _site_base(plan, python), engine_up) for python in pythons]
@@ -109,17 +110,15 @@ def check_engine() -> Item:
                                      f"({store} image store), root {info.get('DockerRootDir')}")
 
 
-def check_buildkit(engine_up: bool) -> Item:
+def check_buildkit(engine_up: bool, builder: str = "auto") -> Item:
     """Builds go through BuildKit (`docker buildx`): secrets, reproducible layers, bake. Without it the classic
     builder still builds (optional, but the images are not reproducible across machines then)."""
-    import os
-
     fix = "sudo ci/engine.sh install (docker-buildx from Debian 13), or Docker CE's docker-buildx-plugin"
     info = engine.buildkit.buildx_info()
     if info.problem:
         return Item("buildkit", Status.WARN, f"{info.problem}; builds fall back to the classic builder", fix,
                     required=False)
-    chosen = os.environ.get(engine.buildkit.BUILDER_ENV, "auto")
+    chosen = builder.strip().lower()
     detail = f"docker buildx {info.version}, builder driver {info.driver}"
     if chosen == "classic":
         return Item("buildkit", Status.WARN,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ... import diskio
+from ... import diskio, settings
 from ...errors import Failure
 from ...generate.plan import Plan
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
@@ -99,6 +99,9 @@ class BuildOptions:
     # Drop the engine's unused build cache after each flavour: BuildKit keeps a real flavour's installed venv
     # (~7.5 GB) beside its image, which a disk-bound runner cannot afford flavour after flavour.
     prune_cache: bool = False
+    # The builder setting (`auto`, `buildkit` or `classic`; xla_images/settings.py): the CLI passes what
+    # $XLA_IMAGES_BUILDER says; a caller that gives none gets the same reading.
+    builder: str = field(default_factory=settings.read_builder)
 
 
 class Reporter(Protocol):
@@ -187,7 +190,7 @@ class _Run:
 
     def execute(self, flavours: list[Target]) -> list[FlavourResult]:
         engine.connection.client()  # fail early, with the hint, when no engine answers
-        self.buildkit = engine.buildkit.use_buildkit()
+        self.buildkit = engine.buildkit.use_buildkit(self.options.builder)
         if engine.connection.image_store() == "containerd":
             # Layers stored as they will be pushed: the push sends these blobs, nothing is compressed again.
             self.export = self.plan.site.compression

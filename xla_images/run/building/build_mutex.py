@@ -20,18 +20,17 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ... import settings
 from ...errors import Failure
 
-LOCK_DIR_ENV = "XLA_IMAGES_LOCK_DIR"
-DEFAULT_LOCK_DIR = Path("/tmp/xla-images-locks")
+LOCK_DIR_ENV = settings.LOCK_DIR.env[0]
+DEFAULT_LOCK_DIR = Path(settings.LOCK_DIR.default.strip("`"))
 POLL_SECONDS = 0.2
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def lock_dir(environ: dict[str, str] | None = None) -> Path:
-    environ = dict(os.environ) if environ is None else environ
-    configured = environ.get(LOCK_DIR_ENV)
-    return Path(configured) if configured else DEFAULT_LOCK_DIR
+    return settings.read_lock_dir(environ)
 
 
 def lock_path(directory: Path, name: str) -> Path:

@@ -2,7 +2,11 @@
 
 The SDK has no BuildKit session (secrets, the BuildKit frontend), so BuildKit builds go through the docker CLI's
 buildx plugin, against the engine DOCKER_HOST names. With buildx's `docker` driver (the engine's own BuildKit)
-the result lands in the engine's image store; `--load` also covers a docker-container builder.
+the result lands in the engine's image store. With any other driver (docker-container, ...) only `--load` brings
+it there (buildx exports the image as a tarball and the engine loads it; docs.docker.com/build/builders/drivers:
+"images built using other drivers aren't automatically loaded"), and `--load` is what the classic image store's
+builds pass; the containerd store's `--output type=image,...` below exports into the builder's own store, which
+for a docker-container builder is not the engine's, so there the image never reaches the engine.
 
 Into the containerd image store, a build exports its layers already compressed the way they will be pushed
 (`--output type=image,compression=...`): the engine then pushes the stored blobs, with no compression pass.
@@ -14,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import re
 import shutil
 import signal
@@ -25,13 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ... import settings
 from ...errors import Failure
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.published import is_digest
 from . import builds, connection
 
 
-BUILDER_ENV = "XLA_IMAGES_BUILDER"  # buildkit | classic | auto (default): which builder `build` uses
+BUILDER_ENV = settings.BUILDER.env[0]  # buildkit | classic | auto (default): declared in xla_images/settings.py
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[(?P<step>[^\]]+)\] (?P<what>.*)$")
 _BUILDKIT_ERROR = re.compile(r"^(ERROR|error): (?P<message>.*)$")
 _NAMED_DANGLING = re.compile(r"naming to moby-dangling@(sha256:[0-9a-f]{64})")
@@ -68,10 +72,10 @@ def buildx_info() -> BuildxInfo:
     return BuildxInfo(words[1] if len(words) > 1 else version.stdout.strip(), driver, None)
 
 
-def use_buildkit() -> bool:
-    """BuildKit when buildx works (or XLA_IMAGES_BUILDER=buildkit demands it), else the classic builder."""
-
-    wanted = os.environ.get(BUILDER_ENV, "auto").strip().lower()
+def use_buildkit(builder: str) -> bool:
+    """BuildKit when buildx works (or the builder setting, XLA_IMAGES_BUILDER=buildkit, demands it), else the
+    classic builder. `builder` is the setting's word (settings.read_builder, read at the CLI's edge)."""
+    wanted = builder.strip().lower()
     if wanted == "classic":
         return False
     info = buildx_info()
@@ -201,7 +205,7 @@ def run_buildx(command: list[str], on_line: connection.LineSink, started: Callab
     than buildx dying half-way through exporting.
     """
 
-    env = {**os.environ, "BUILDX_NO_DEFAULT_ATTESTATIONS": "1", "DOCKER_CLI_HINTS": "false"}
+    env = settings.child_environment({"BUILDX_NO_DEFAULT_ATTESTATIONS": "1", "DOCKER_CLI_HINTS": "false"})
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    errors="replace", env=env, start_new_session=True)

@@ -2,7 +2,6 @@
 stall watchdog)."""
 from __future__ import annotations
 
-import os
 import re
 import socket
 
@@ -13,6 +12,7 @@ import docker.utils
 import requests
 import urllib3
 
+from ... import settings
 from ...errors import Failure
 from ...model.registry import Registry
 from . import connection, images
@@ -61,8 +61,8 @@ def push_image(repository: str, tag: str, auth_config: dict | None, on_line: con
 # A pull whose engine sends nothing for this long is stalled: seen with dockerd 26 after a layer download was
 # reset half-way, where it logged nothing for five minutes and never retried. Progress events arrive several
 # times a second while anything downloads or extracts, so minutes of silence mean nothing will come.
-PULL_STALL_ENV = "XLA_IMAGES_PULL_STALL_SECONDS"
-PULL_STALL_SECONDS = 120.0
+PULL_STALL_ENV = settings.PULL_STALL.env[0]
+PULL_STALL_SECONDS = settings.PULL_STALL_SECONDS
 PULL_ATTEMPTS = 3
 
 
@@ -71,18 +71,9 @@ class _PullStalled(Exception):
 
 
 def pull_stall_seconds() -> float:
-    """The stall limit: $XLA_IMAGES_PULL_STALL_SECONDS, else PULL_STALL_SECONDS; bad values are a Failure."""
-    text = os.environ.get(PULL_STALL_ENV, "").strip()
-    if not text:
-        return PULL_STALL_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 1 <= seconds <= 3600:  # NaN fails too
-        raise Failure(f"{PULL_STALL_ENV}={text!r} is not a number of seconds between 1 and 3600", rule="pull-stall",
-                      hint=f"unset it for the default ({PULL_STALL_SECONDS:.0f} s)")
-    return seconds
+    """The stall limit: $XLA_IMAGES_PULL_STALL_SECONDS, else PULL_STALL_SECONDS; bad values are a Failure
+    (read by settings.read_pull_stall, where the setting is declared)."""
+    return settings.read_pull_stall()
 
 
 def pull_image(ref: str, auth_config: dict | None, on_line: connection.LineSink | None = None, *,

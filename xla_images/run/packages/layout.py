@@ -309,7 +309,7 @@ def check_locks(plan: Plan, flavours: Iterable[Target], *, offline: bool = False
     finder = WheelFinder(plan.site, offline=offline)
     results = []
     for flavour in flavours:
-        lock_path = plan.root / names.DOCKERFILES / flavour.tag / names.LOCK_NAME
+        lock_path = plan.lock_path(flavour)
         if not lock_path.is_file():
             continue
         results.append(check_flavour(flavour, lock_path, finder))

@@ -25,6 +25,7 @@ How resolution works, and why:
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ... import settings
 from ...errors import Failure, XlaImagesError
 from ...generate.plan import Plan
 from ...generate import render
@@ -145,6 +147,16 @@ class Resolver:
                          local)
 
 
+def file_sha256(path: Path) -> str:
+    """A host wheel's sha256, read in blocks (lock: a local wheel pip reported no hash for; wheelhouse: a copy
+    checked against its lock entry)."""
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
 def target_options(python: str) -> list[str]:
     """pip options that make it choose wheels for the image, not for the host."""
     options = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
@@ -161,7 +173,8 @@ def pip_environment(site: Site, source: WheelSource) -> dict[str, str]:
     process's environment is its owner's only: the sources go in PIP_INDEX_URL / PIP_EXTRA_INDEX_URL /
     PIP_FIND_LINKS, never in argv. `--isolated` would ignore them, so the isolation it gave is made here: no
     config file (PIP_CONFIG_FILE=os.devnull, as pip documents) and none of the host's PIP_* variables."""
-    environment = {key: value for key, value in os.environ.items() if not key.upper().startswith("PIP_")}
+    environment = {key: value for key, value in settings.child_environment().items()
+                   if not key.upper().startswith("PIP_")}
     environment["PIP_CONFIG_FILE"] = os.devnull
     if source.index_url:
         environment["PIP_INDEX_URL"] = source.index_url

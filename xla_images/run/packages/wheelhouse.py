@@ -4,7 +4,6 @@ run.packages.lock's; pip is asked with the same options the resolution uses (tar
 """
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import tempfile
@@ -18,15 +17,7 @@ from ...generate.plan import Plan
 from ...model.lockfile import Lock, LockEntry, read_lock
 from ...model.site import Site
 from ...model.target import Target
-from .lock import Runner, _tail, cert_options, pip_environment, target_options
-
-def file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
+from .lock import Runner, _tail, cert_options, file_sha256, pip_environment, target_options
 
 def wheel_dirs(plan: Plan, flavour: Target, wheelhouse: Path | None = None) -> list[Path]:
     """Where a flavour's wheels may be on the host: its source's wheelhouse first, then the fetch wheelhouse."""

@@ -28,7 +28,8 @@ from typing import Any, Callable
 from ...errors import Failure
 from ...model.registry import Registry
 from ...model.target import Target
-from .publish import Published, read_published, record_published
+from .publish import record_published
+from ...model.published import Published, read_published
 from .. import netread
 from ..registry import RegistryClient, answers
 from ..registry.upload import DEFAULT_CHUNK, BlobUpload, blob_exists

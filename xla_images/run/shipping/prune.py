@@ -28,12 +28,12 @@ from typing import Callable, Iterable
 
 import yaml
 
-from ... import resources, userfiles
+from ... import resources, settings, userfiles
 from ...errors import ConfigError, Failure, Location
 from ...model.flavour import Variant
 from ...model.registry import Registry, is_loopback
-from ...names import DEFAULT_STATE, REGISTRY_CONFIG, REGISTRY_PID_FILE, REGISTRY_STATE_DIR, STATE_ENV
-from .publish import read_published
+from ...names import REGISTRY_CONFIG, REGISTRY_PID_FILE, REGISTRY_STATE_DIR, STATE_ENV
+from ...model.published import read_published
 from ..registry import RegistryClient
 
 # A devel image's dated tag carries the variant after the date (`nightly_3.11_cpu_20261203_devel`): its series is
@@ -207,7 +207,7 @@ def local_registry(registry: Registry, state: Path | None = None) -> LocalRegist
     host, _, port = registry.host.rpartition(":")
     if not is_loopback(registry.host) or not port.isdigit():
         return None
-    state = state or Path(os.environ.get(STATE_ENV, DEFAULT_STATE))
+    state = state or settings.read_state_dir()
     directory = state / REGISTRY_STATE_DIR / port
     config, pid_file = directory / REGISTRY_CONFIG, directory / REGISTRY_PID_FILE
     if not config.is_file() or not pid_file.is_file() or not _alive(pid_file):
@@ -260,7 +260,7 @@ def garbage_collect(local: LocalRegistry, progress: Progress, runner: Callable[.
                     = subprocess.run) -> Collected:
     """Stop the registry, `garbage-collect --delete-untagged`, start it again (also when collection fails)."""
     before = count_blobs(local)
-    env = {**os.environ, "PORT": str(local.port), STATE_ENV: str(local.state)}
+    env = settings.child_environment({"PORT": str(local.port), STATE_ENV: str(local.state)})
     _script(runner, "stop", env)
     try:
         progress(f"docker-registry garbage-collect --delete-untagged {local.config}")

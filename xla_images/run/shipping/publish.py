@@ -24,7 +24,7 @@ import tenacity
 from ... import diskio
 from ...errors import ConfigError, Failure, Location
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
-from ...model.published import Published, is_digest, parse_published, read_published
+from ...model.published import Published, read_published
 from ...model.published import document as published_document
 from ...model.registry import Registry
 from ...model.target import Target
@@ -32,11 +32,7 @@ from ...names import FLAVOUR_ID_LABEL, local_ref
 from .. import engine, registry as registries
 from ..checking import nightly_check
 from . import zstd_push
-from ..registry import (PASSWORD_ENV, RETRIED_STATUSES, USER_ENV, Credentials, RegistryClient, RetryPolicy,
-                        load_credentials, redact, redacting)
-
-__all__ = ["PASSWORD_ENV", "USER_ENV", "Credentials", "RegistryClient", "RetryPolicy", "load_credentials", "redact",
-           "redacting", "is_digest", "Published", "parse_published", "read_published"]
+from ..registry import RETRIED_STATUSES, Credentials, RegistryClient, RetryPolicy, redacting
 
 # The classic store's dockerd retries a failed layer upload itself (5 times, ~50 s), but not the manifest PUT that
 # ends a push: such an answer there is worth one more push (layers already up are skipped). Its connection errors

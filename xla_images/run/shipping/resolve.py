@@ -16,7 +16,7 @@ from ...errors import Failure
 from ...model.flavour import Variant, fact, facts_match
 from ...model.registry import Registry
 from ...model.target import Target
-from .publish import read_published
+from ...model.published import read_published
 from ..registry import RegistryClient
 
 FILTER_OPTIONS = {"abi": "--abi", "python": "--python", "torch_xla": "--torch-xla", "accelerator": "--accelerator",

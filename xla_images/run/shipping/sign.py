@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ... import diskio, userfiles
+from ... import diskio, settings, userfiles
 from ...errors import ConfigError, Failure, Location
 from ...model.registry import Registry
 from ...names import local_ref
 from .. import engine, registry as registries
-from .publish import Published
+from ...model.published import Published
 from ..registry import Credentials, load_credentials, redact, redacting
 
 PASSWORD_ENV = "COSIGN_PASSWORD"
@@ -101,7 +101,7 @@ def _registry_flags(registry: Registry) -> list[str]:
 @contextlib.contextmanager
 def _cosign_env(registry: Registry, credentials: Credentials | None) -> Iterator[dict[str, str]]:
     """cosign's environment; credentials from our environment go into a private docker config for the run."""
-    env = {key: value for key, value in os.environ.items()}
+    env = settings.child_environment()
     if credentials is None or not credentials.from_environment:
         yield env  # anonymous, or cosign reads the same docker config we found them in
         return
