@@ -66,7 +66,7 @@ def derived_layer(context: Path, flavour: Flavour) -> dict[str, str]:
 # the metadata check rightly flags into the history.
 IMAGE_USER_LINES = [
     "COPY users/ /",
-    f'RUN mkdir -p {running.HOME_ENV["HOME"]} && chown {running.IMAGE_UID}:{running.IMAGE_GID} '
+    f'RUN mkdir -p {running.HOME_ENV["HOME"]} && chown 0:{running.IMAGE_GID} '
     f'{running.HOME_ENV["HOME"]} && chmod 0775 {running.HOME_ENV["HOME"]} && '
     "find / -xdev -type f -perm /6000 -exec chmod ug-s {} +",
     "ENV " + " ".join(f"{key}={value}" for key, value in running.HOME_ENV.items()),
