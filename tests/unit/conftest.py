@@ -5,12 +5,13 @@ from typing import Iterator
 
 import pytest
 
-from fake_index import FakeIndex, serving
+from support.host import serving
+from support.index import FakeIndex
 
 
 @pytest.fixture(scope="session")
 def index_server_started() -> Iterator[str]:
-    """A local package index (fake_index.FakeIndex) on 127.0.0.1, for the whole session."""
+    """A local package index (support.index.FakeIndex) on 127.0.0.1, for the whole session."""
     with serving(FakeIndex) as port:
         yield f"http://127.0.0.1:{port}"
 
@@ -18,5 +19,5 @@ def index_server_started() -> Iterator[str]:
 @pytest.fixture()
 def index_server(index_server_started: str) -> str:
     """The local index's base URL, serving nothing until the test puts routes in FakeIndex.routes."""
-    FakeIndex.routes, FakeIndex.no_ranges, FakeIndex.requests, FakeIndex.authorizations = {}, False, [], []
+    FakeIndex.reset()
     return index_server_started

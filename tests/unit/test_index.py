@@ -13,7 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from fake_index import FakeIndex, json_page, serving
+from support.host import serving
+from support.index import FakeIndex, json_page
 from rude_server import RudeServer, answer
 from xla_images.errors import Failure
 from xla_images.run.packages.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile

@@ -1,29 +1,17 @@
-"""A local package index for unit tests: a stdlib HTTP server on 127.0.0.1 that serves `FakeIndex.routes` and
-answers range requests the way the public index's file host does (run.packages.index reads wheels only through them)."""
+"""A fake package index: a stdlib HTTP handler (serve it with support.host.serving on 127.0.0.x) that serves
+`FakeIndex.routes` and answers range requests the way the public index's file host does (run.packages.index
+reads wheels only through them). Pages are PEP 691 JSON (`json_page`) or PEP 503 HTML (`html_page`); a fault is
+a route with any status, or `no_ranges` (a host that ignores Range and sends the whole file)."""
 from __future__ import annotations
 
 import contextlib
+import html
 import http.server
 import io
 import json
-import threading
 import zipfile
-from typing import Iterator
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
-
-
-@contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[int]:
-    """A threaded stdlib HTTP server of `handler` on `host` (127.0.0.x) for the block; yields its port."""
-    httpd = http.server.ThreadingHTTPServer((host, 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 class FakeIndex(http.server.BaseHTTPRequestHandler):
@@ -34,6 +22,11 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
     no_ranges = False
     requests: list[str] = []  # paths asked for, in order
     authorizations: list[str | None] = []  # the Authorization header of each request, in order
+
+    @classmethod
+    def reset(cls) -> None:
+        """Serve nothing, honour ranges, forget what was asked (state is the class's: one index a session)."""
+        cls.routes, cls.no_ranges, cls.requests, cls.authorizations = {}, False, [], []
 
     def do_GET(self) -> None:  # noqa: N802 -- the http.server API
         type(self).requests.append(self.path)
@@ -67,6 +60,13 @@ class FakeIndex(http.server.BaseHTTPRequestHandler):
 def json_page(files: list[dict]) -> tuple[int, str, bytes]:
     """A PEP 691 project page listing `files` ({filename, url[, yanked, size]}), as a route."""
     return 200, JSON_TYPE, json.dumps({"meta": {"api-version": "1.1"}, "files": files}).encode()
+
+
+def html_page(files: list[dict]) -> tuple[int, str, bytes]:
+    """A PEP 503 project page listing `files` ({filename, url[, yanked]}), as a route."""
+    links = "".join(f'<a href="{html.escape(f["url"])}"' + (' data-yanked=""' if f.get("yanked") else "")
+                    + f'>{html.escape(f["filename"])}</a>\n' for f in files)
+    return 200, "text/html", f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode()
 
 
 def wheel(members: dict[str, str]) -> bytes:
