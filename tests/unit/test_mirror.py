@@ -126,7 +126,8 @@ def test_a_mirror_that_does_not_answer_is_one_error_and_nothing_is_pulled_or_tag
 @pytest.mark.parametrize("status", [404, 500])
 def test_a_mirror_without_the_digest_says_so_before_the_engine_pulls(
         status: int, mirror: FakeRegistry, fake_mirror: str, fake_engine: FakeEngine) -> None:
-    mirror.fault("HEAD", "/manifests/", (status, {}, b""))  # 404: no such manifest; 500: the proxy could not fetch it from its origin
+    # 404: no such manifest; 500: the proxy could not fetch it from its origin
+    mirror.fault("HEAD", "/manifests/", (status, {}, b""))
     with pytest.raises(Failure) as caught:
         pull(fake_mirror)
     assert caught.value.rule == "mirror-missing" and fake_mirror in caught.value.message

@@ -39,7 +39,8 @@ def test_a_host_records_every_request_with_its_authorization_and_body() -> None:
     with Host("127.0.0.2", status=204) as host:
         assert ask(host, "GET", "/a?x=1", {"Authorization": "Bearer t"})[0] == 204
         assert ask(host, "PUT", "/b", body=b"payload")[0] == 204
-    assert [(seen.method, seen.path, seen.body) for seen in host.seen] == [("GET", "/a?x=1", b""), ("PUT", "/b", b"payload")]
+    assert [(seen.method, seen.path, seen.body) for seen in host.seen] == [("GET", "/a?x=1", b""),
+                                                                           ("PUT", "/b", b"payload")]
     assert host.authorizations() == ["Bearer t"] and host.leaks(("payload", "absent")) == ["payload"]
     assert host.url.startswith("http://127.0.0.2:")
 
