@@ -11,9 +11,11 @@ import contextlib
 import json
 import socket
 import ssl
+import subprocess
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Callable, Iterator, Union
 
 Answer = tuple[int, dict[str, str], bytes]  # status, headers, body
@@ -189,3 +191,18 @@ def serving(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> I
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def self_signed(directory: Path) -> Path:
+    """A self-signed certificate for 127.0.0.1 (cert.pem, key.pem, valid a day) written into `directory`."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
+                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   cwd=directory, check=True, capture_output=True, timeout=60)
+    return directory
+
+
+def server_context(certificate: Path) -> ssl.SSLContext:
+    """The server side of TLS with the certificate self_signed wrote into `certificate`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    return context

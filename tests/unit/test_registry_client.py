@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import subprocess
 import threading
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from support.host import Answer, Host, Seen
+from support.host import Answer, Host, Seen, server_context
 from support.registry import FakeRegistry
 
 from xla_images.errors import ConfigError, Failure
@@ -158,19 +157,9 @@ def test_challenges_parse(header: str, scheme: str, params: dict[str, str]) -> N
 
 # --- TLS -------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
-                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   cwd=directory, check=True, capture_output=True, timeout=60)
-    return directory
-
-
 def test_tls_trust_comes_from_certs_d_and_its_absence_names_the_file(serve, certificate: Path,
                                                                      tmp_path: Path) -> None:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    context = server_context(certificate)
     server = serve(lambda seen: (200, {}, b"{}"), context)
     certs_d = tmp_path / "certs.d"
     untrusted = tls.Trust(server.host, "https", certs_d)
@@ -256,8 +245,7 @@ def test_resolve_warns_when_the_registry_is_away_but_fails_on_a_setup_to_fix(ser
     warned: list[str] = []
     away = RegistryClient(Registry.parse("no-such-host.invalid/x"), retry=NO_WAIT)
     assert resolve.verify(candidate, away, warned.append).verified is False and "could not re-verify" in warned[0]
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    context = server_context(certificate)
     server = serve(lambda seen: (200, {}, b"{}"), context)
     untrusted = client_for(server, trust=tls.Trust(server.host, "https", tmp_path))
     with pytest.raises(Failure) as caught:

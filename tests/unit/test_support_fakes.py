@@ -8,11 +8,13 @@ import base64
 import http.client
 import json
 import socket
+import ssl
 import time
+from pathlib import Path
 
 import pytest
 
-from support.host import Host, Stalled, Truncated, fixed, serving
+from support.host import Host, Stalled, Truncated, fixed, server_context, serving
 from support.index import FakeIndex, html_page, json_page, wheel
 from support.registry import FakeRegistry, digest_of, gzipped, zstd_compressed
 
@@ -58,6 +60,18 @@ def test_an_ipv6_loopback_host_is_named_in_brackets() -> None:
         pytest.skip("no IPv6 on this machine")
     with Host("::1", route=fixed(200)) as host:
         assert host.host.startswith("[::1]:") and ask(host, "GET", "/")[0] == 200
+
+
+def test_a_tls_host_is_trusted_with_its_certificate_only(certificate: Path) -> None:
+    with Host(route=fixed(200, body=b"secure"), context=server_context(certificate)) as host:
+        trusting = ssl.create_default_context(cafile=str(certificate / "cert.pem"))
+        connection = http.client.HTTPSConnection(host.host, timeout=TIMEOUT, context=trusting)
+        connection.request("GET", "/")
+        assert connection.getresponse().read() == b"secure" and host.url.startswith("https://")
+        connection.close()
+        with pytest.raises(ssl.SSLCertVerificationError):
+            untrusting = http.client.HTTPSConnection(host.host, timeout=TIMEOUT, context=ssl.create_default_context())
+            untrusting.request("GET", "/")
 
 
 def test_a_truncated_answer_promises_more_than_it_sends() -> None:
