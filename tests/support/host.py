@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Iterator, Union
+from typing import Callable, Union
 
 Answer = tuple[int, dict[str, str], bytes]  # status, headers, body
 MAX_STALL = 20.0  # seconds: the longest a Stalled answer waits, whatever a test asks
@@ -176,21 +176,6 @@ def _handler_for(owner: Host) -> type[BaseHTTPRequestHandler]:
         do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
     return Handler
-
-
-@contextlib.contextmanager
-def serving(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[int]:
-    """A threaded stdlib HTTP server of a handler class on `host` (loopback) for the block; yields its port."""
-    if not host.startswith("127."):
-        raise ValueError(f"a fake host listens on loopback only, not {host}")
-    httpd = ThreadingHTTPServer((host, 0), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def self_signed(directory: Path) -> Path:

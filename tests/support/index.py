@@ -1,60 +1,54 @@
-"""A fake package index: a stdlib HTTP handler (serve it with support.host.serving on 127.0.0.x) that serves
-`FakeIndex.routes` and answers range requests the way the public index's file host does (run.packages.index
+"""A fake package index: a recording host (support.host.Host, on 127.0.0.x) that serves `FakeIndex.routes` and answers range requests the way the public index's file host does (run.packages.index
 reads wheels only through them). Pages are PEP 691 JSON (`json_page`) or PEP 503 HTML (`html_page`); a fault is
 a route with any status, or `no_ranges` (a host that ignores Range and sends the whole file)."""
 from __future__ import annotations
 
-import contextlib
 import html
-import http.server
 import io
 import json
 import zipfile
 
+from support.host import Answer, Host, Seen
+
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 
 
-class FakeIndex(http.server.BaseHTTPRequestHandler):
+class FakeIndex:
     """Serves `routes`: path -> (status, content type, body[, headers]); honours `Range: bytes=` unless
-    `no_ranges`; records each request's path and Authorization header."""
+    `no_ranges`; records each request's path and Authorization header. The state is the class's (one index a
+    session, reset by each test); a subclass with its own class attributes is a second index."""
 
-    routes: dict[str, tuple[int, str, bytes]] = {}
+    routes: dict[str, tuple] = {}
     no_ranges = False
     requests: list[str] = []  # paths asked for, in order
     authorizations: list[str | None] = []  # the Authorization header of each request, in order
 
     @classmethod
     def reset(cls) -> None:
-        """Serve nothing, honour ranges, forget what was asked (state is the class's: one index a session)."""
+        """Serve nothing, honour ranges, forget what was asked."""
         cls.routes, cls.no_ranges, cls.requests, cls.authorizations = {}, False, [], []
 
-    def do_GET(self) -> None:  # noqa: N802 -- the http.server API
-        type(self).requests.append(self.path)
-        type(self).authorizations.append(self.headers.get("Authorization"))
-        status, kind, body, *headers = self.routes.get(self.path, (404, "text/plain", b"not found"))
-        wanted = self.headers.get("Range")
-        if wanted and status == 200 and not self.no_ranges:
-            spec = wanted.split("=", 1)[1]
-            start_text, _, end_text = spec.partition("-")
-            if not start_text:
+    @classmethod
+    def host(cls, address: str = "127.0.0.1") -> Host:
+        """A recording host on `address` that is this index (start it, or use it as a context manager)."""
+        return Host(address, route=cls.answer)
+
+    @classmethod
+    def answer(cls, seen: Seen) -> Answer:
+        cls.requests.append(seen.path)
+        cls.authorizations.append(seen.authorization)
+        status, kind, body, *headers = cls.routes.get(seen.path, (404, "text/plain", b"not found"))
+        extra = {"Content-Type": kind, **(headers[0] if headers else {})}
+        wanted = seen.headers.get("range")
+        if wanted and status == 200 and not cls.no_ranges:
+            start_text, _, end_text = wanted.split("=", 1)[1].partition("-")
+            if not start_text:  # a suffix: the last N bytes
                 start, end = max(len(body) - int(end_text), 0), len(body) - 1
             else:
                 start, end = int(start_text), min(int(end_text), len(body) - 1)
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
-            body = body[start:end + 1]
-        else:
-            self.send_response(status)
-        self.send_header("Content-Type", kind)
-        for name, value in (headers[0] if headers else {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        with contextlib.suppress(ConnectionError):  # a client that stops reading at its bound hangs up
-            self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+            extra["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
+            return 206, extra, body[start:end + 1]
+        return status, extra, body
 
 
 def json_page(files: list[dict]) -> tuple[int, str, bytes]:

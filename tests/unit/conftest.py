@@ -6,15 +6,15 @@ from typing import Iterator
 
 import pytest
 
-from support.host import self_signed, serving
+from support.host import self_signed
 from support.index import FakeIndex
 
 
 @pytest.fixture(scope="session")
 def index_server_started() -> Iterator[str]:
     """A local package index (support.index.FakeIndex) on 127.0.0.1, for the whole session."""
-    with serving(FakeIndex) as port:
-        yield f"http://127.0.0.1:{port}"
+    with FakeIndex.host() as index:
+        yield index.url
 
 
 @pytest.fixture()

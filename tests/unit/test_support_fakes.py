@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.host import Host, Stalled, Truncated, fixed, server_context, serving
+from support.host import Host, Stalled, Truncated, fixed, server_context
 from support.index import FakeIndex, html_page, json_page, wheel
 from support.registry import FakeRegistry, digest_of, gzipped, zstd_compressed
 
@@ -172,8 +172,8 @@ def test_reads_redirect_and_faults_win_for_as_long_as_scripted() -> None:
 @pytest.fixture
 def index() -> str:
     FakeIndex.reset()
-    with serving(FakeIndex) as port:
-        yield f"127.0.0.1:{port}"
+    with FakeIndex.host() as host:
+        yield host.host
 
 
 def test_a_range_read_returns_the_right_bytes(index: str) -> None:
