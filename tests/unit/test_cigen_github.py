@@ -6,7 +6,6 @@ against the real build.py.
 """
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from fake_index import serving
+from support.registry import FakeRegistry
 import yaml
 
 from xla_images.generate import cigen
@@ -408,40 +407,15 @@ def test_example_calls_the_reusable_workflow_and_builds_from_its_output(files: d
     assert build == 'docker build --build-arg "BASE=$BASE" --tag xla-images-downstream:ci examples/downstream'
 
 
-class FakeRegistry(http.server.BaseHTTPRequestHandler):
-    """Answers the few distribution-API calls `resolve` makes: /v2/ and manifest HEADs by tag or digest."""
-
-    manifests: dict[str, str] = {}  # tag or digest -> digest
-
-    def do_GET(self) -> None:
-        self.do_HEAD()
-
-    def do_HEAD(self) -> None:
-        if self.path == "/v2/":
-            self._answer(200)
-            return
-        match = re.fullmatch(r"/v2/xla-images/manifests/(.+)", self.path)
-        digest = self.manifests.get(match.group(1)) if match else None
-        self._answer(200 if digest else 404, digest)
-
-    def _answer(self, status: int, digest: str | None = None) -> None:
-        self.send_response(status)
-        if digest:
-            self.send_header("Docker-Content-Digest", digest)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture()
 def registry(plan: Plan) -> Iterator[str]:
-    held = [f for f in plan.flavours if f.torch_xla == newest(plan)]
-    FakeRegistry.manifests = {**{f.tag: digest_of(f.tag) for f in held},
-                              **{digest_of(f.tag): digest_of(f.tag) for f in held}}
-    with serving(FakeRegistry) as port:
-        yield f"127.0.0.1:{port}/xla-images"
+    """A registry holding the newest release's flavours; a flavour's manifest is its tag, so its digest is
+    digest_of(tag)."""
+    with FakeRegistry() as fake:
+        for flavour in plan.flavours:
+            if flavour.torch_xla == newest(plan):
+                fake.put_manifest("xla-images", flavour.tag, flavour.tag.encode())
+        yield f"{fake.host}/xla-images"
 
 
 def run_resolve_step(files: dict[Path, str], tmp_path: Path, **inputs: str) -> tuple[int, dict[str, str], str]:

@@ -1,12 +1,12 @@
 """Where credentials go (run/registry/policy.py), proven on real HTTP servers that record every request.
 
-Each host is a stdlib server on its own loopback address (127.0.0.1 the registry, 127.0.0.2 the storage it
-redirects to, 127.0.0.3 its token service, 127.0.0.4 a token service a foreign challenge names, 127.0.0.5 an
-upload Location): different addresses are different hosts to the client. For every credential source —
-the environment, a credHelpers helper, a credsStore helper, `auths` with a password, an identity token, a
-registry token — the records show the secret reaching the registry and the token service its own challenge
-names (docker does send basic credentials there), and nothing reaching any other host: no Authorization, no
-secret in a path, a header or a body, and no request at all to a realm a foreign challenge names.
+Each host is a support.host.Host, a recording server on its own loopback address (127.0.0.1 the registry, 127.0.0.2
+the storage it redirects to, 127.0.0.3 its token service, 127.0.0.4 a token service a foreign challenge names,
+127.0.0.5 an upload Location): different addresses are different hosts to the client. For every credential source —
+the environment, a credHelpers helper, a credsStore helper, `auths` with a password, an identity token, a registry
+token — the records show the secret reaching the registry and the token service its own challenge names (docker
+does send basic credentials there), and nothing reaching any other host: no Authorization, no secret in a path, a
+header or a body, and no request at all to a realm a foreign challenge names.
 """
 from __future__ import annotations
 
@@ -14,17 +14,15 @@ import base64
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from support.host import Answer, Host, Seen
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.generate.plan import load_plan
@@ -47,78 +45,6 @@ DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()
 ROOT = Path(__file__).resolve().parents[2]
 NO_WAIT = RetryPolicy(attempts=1, first_wait=0.0, max_wait=0.0)
 SOURCES = ("environment", "credHelpers", "credsStore", "auths", "identitytoken", "registrytoken")
-Answer = tuple[int, dict[str, str], bytes]
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-class V6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-@dataclass
-class Host:
-    """A real HTTP server on 127.0.0.N that records each request and answers with `route`."""
-
-    address: str
-    route: Callable[[Seen], Answer] = lambda seen: (404, {}, b"")
-    seen: list[Seen] = field(default_factory=list)
-
-    def start(self) -> "Host":
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _any(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                            self.rfile.read(length) if length else b"")
-                owner.seen.append(seen)
-                status, extra, body = owner.route(seen)
-                self.send_response(status)
-                for key, value in extra.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
-
-        server = V6Server if ":" in self.address else ThreadingHTTPServer
-        self.httpd = server((self.address, 0), Handler)
-        self.httpd.timeout = 10
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-        return self
-
-    @property
-    def host(self) -> str:
-        address = f"[{self.address}]" if ":" in self.address else self.address
-        return f"{address}:{self.httpd.server_address[1]}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}"
-
-    def authorizations(self) -> list[str]:
-        return [seen.headers["authorization"] for seen in self.seen if "authorization" in seen.headers]
-
-    def leaks(self) -> list[str]:
-        """Every secret found anywhere in what this host was sent (path, any header, body)."""
-        texts = [seen.path + json.dumps(seen.headers) + seen.body.decode("latin-1") for seen in self.seen]
-        return [secret for secret in SECRETS for text in texts if secret in text]
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -126,7 +52,7 @@ def hosts() -> Iterator[Callable[..., Host]]:
     started: list[Host] = []
 
     def start(address: str, route: Callable[[Seen], Answer] | None = None) -> Host:
-        started.append(Host(address, route or (lambda seen: (404, {}, b""))).start())
+        started.append(Host(address, route).start())
         return started[-1]
 
     yield start
@@ -230,11 +156,11 @@ def connect(registry: Host, actions: str = registries.READ) -> registries.Regist
 
 def assert_only_the_registry_and_its_realm_got_secrets(stage: Stage, source: str) -> None:
     for other in (stage.storage, stage.foreign_realm, stage.upload):
-        assert other.authorizations() == [] and other.leaks() == [], other.address
+        assert other.authorizations() == [] and other.leaks(SECRETS) == [], other.address
     assert stage.foreign_realm.seen == []  # a foreign challenge is never answered, not even anonymously
     if source != "registrytoken":  # the realm the registry's own challenge names gets them, as docker sends them
-        assert stage.realm.leaks() and not set(stage.realm.leaks()) - {SECRET, BASIC, IDENTITY}
-    assert stage.registry.leaks()  # the credentials were in play: the registry got its token
+        assert stage.realm.leaks(SECRETS) and not set(stage.realm.leaks(SECRETS)) - {SECRET, BASIC, IDENTITY}
+    assert stage.registry.leaks(SECRETS)  # the credentials were in play: the registry got its token
 
 
 # --- reads redirected to another host ----------------------------------------------------------------------
@@ -287,7 +213,7 @@ def test_promote_copies_a_blob_through_foreign_hosts_without_credentials(
     assert transfer.copied == 1
     assert [seen.method for seen in stage.upload.seen] == ["PUT"] and stage.upload.seen[0].body == BLOB
     assert_only_the_registry_and_its_realm_got_secrets(stage, source)
-    assert destination.leaks()
+    assert destination.leaks(SECRETS)
 
 
 def test_an_upload_location_that_challenges_gets_no_credential(stage: Stage, tmp_path: Path,
@@ -335,7 +261,7 @@ def test_cookies_a_registry_sets_go_nowhere(stage: Stage, tmp_path: Path,
         client = connect(stage.registry)
         client.check_reachable()
         assert client.request("GET", f"/v2/repo/blobs/{DIGEST}").content == BLOB
-        assert other.leaks() == [] and all("cookie" not in seen.headers for seen in stage.registry.seen)
+        assert other.leaks(SECRETS) == [] and all("cookie" not in seen.headers for seen in stage.registry.seen)
     finally:
         other.close()
 
@@ -363,7 +289,7 @@ def test_environment_credentials_go_only_to_the_registry_they_were_given_for(
     with pytest.raises(Failure) as caught:
         stranger.check_reachable()
     assert caught.value.rule == "registry-auth"
-    assert ours.authorizations() == [f"Basic {BASIC}"] and elsewhere.leaks() == []
+    assert ours.authorizations() == [f"Basic {BASIC}"] and elsewhere.leaks(SECRETS) == []
 
 
 def test_resolve_offers_no_environment_credential_to_the_host_a_published_json_names(
@@ -386,7 +312,7 @@ def test_resolve_offers_no_environment_credential_to_the_host_a_published_json_n
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert "Traceback" not in result.stderr and SECRET not in result.stdout + result.stderr
         assert elsewhere.seen, result.stderr  # it was asked (the re-verification)
-        assert set(elsewhere.leaks()) == ({BASIC} if bound else set()), bound
+        assert set(elsewhere.leaks(SECRETS)) == ({BASIC} if bound else set()), bound
 
 
 def test_xla_images_registry_must_name_a_registry(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -502,9 +428,9 @@ class Tricky:
 
     def text(self, form: Form, vehicle: str) -> str:
         own = self.own(vehicle)
-        return form.template.format(own=own.host, ownaddress=own.address, ownport=own.httpd.server_address[1],
+        return form.template.format(own=own.host, ownaddress=own.address, ownport=own.port,
                                     other=self.other.host,
-                                    otherport=self.other.httpd.server_address[1], otherint=0x7F000002,
+                                    otherport=self.other.port, otherint=0x7F000002,
                                     other6=self.other6.host)
 
     def landed(self, form: Form, vehicle: str) -> list[Seen]:
@@ -577,7 +503,8 @@ def test_credentials_reach_only_the_host_the_policy_judged(form: Form, vehicle: 
     except Failure as caught:
         failure = caught
     for other in (stage.other, stage.other6):  # never a credential, whatever the form
-        assert other.authorizations() == [] and other.leaks() == [], (other.address, [s.path for s in other.seen])
+        assert other.authorizations() == [] and other.leaks(SECRETS) == [], \
+            (other.address, [s.path for s in other.seen])
     if form.lands == "refused":
         assert failure is not None and failure.rule == "url-ambiguous", failure and failure.render()
         assert stage.other.seen == stage.other6.seen == [] and stage.landed(form, vehicle) == []
@@ -611,7 +538,7 @@ def test_a_refused_registry_answer_is_exit_1_with_one_line_naming_the_rule(hosts
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert [line for line in result.stderr.splitlines() if "[url-ambiguous]" in line], result.stderr
     assert SECRET not in result.stdout + result.stderr and BASIC not in result.stdout + result.stderr
-    assert other.seen == [] and realm.leaks() and registry.leaks()
+    assert other.seen == [] and realm.leaks(SECRETS) and registry.leaks(SECRETS)
 
 
 @pytest.mark.parametrize("template", ["http://{other}\\@{realm}/token", "http://{other} @{realm}/token",
@@ -622,7 +549,7 @@ def test_a_token_realm_that_could_name_two_hosts_is_never_asked(
     """The realm the registry's own challenge names gets the basic credentials (rule 2): only when it is read
     one way. Otherwise the challenge is refused before the token request, and no host gets the password."""
     realm, other = hosts("127.0.0.3", token_service), hosts("127.0.0.2", token_service)
-    named = template.format(other=other.host, realm=realm.host, otherport=other.httpd.server_address[1])
+    named = template.format(other=other.host, realm=realm.host, otherport=other.port)
     quoted = named.replace("\\", "\\\\")  # a quoted-string's escape: the challenge's realm holds one backslash
     registry = hosts("127.0.0.1", lambda seen: (401, {"WWW-Authenticate": f'Bearer realm="{quoted}"'}, b""))
     use_source("environment", registry.host, tmp_path, monkeypatch)

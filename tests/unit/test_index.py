@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from fake_index import FakeIndex, json_page, serving
+from support.index import FakeIndex, json_page
 from rude_server import RudeServer, answer
 from xla_images.errors import Failure
 from xla_images.run.packages.index import JSON_TYPE, MAX_PAGE_BYTES, Index, IndexFile
@@ -217,7 +217,8 @@ def test_credentials_in_the_index_url_go_to_it_only_and_are_never_shown(index_se
         requests: list = []
         authorizations: list = []
 
-    with serving(OtherHost, "127.0.0.2") as port:
+    with OtherHost.host("127.0.0.2") as other:
+        port = other.port
         OtherHost.routes["/simple/torch-xla/"] = json_page([{"filename": WHEEL, "url": WHEEL}])
         FakeIndex.routes["/simple/torch-xla/"] = (302, "text/plain", b"",
                                                   {"Location": f"http://127.0.0.2:{port}/simple/torch-xla/"})
@@ -240,7 +241,8 @@ def test_an_index_redirect_that_could_name_two_hosts_is_refused_before_any_reque
         requests: list = []
         authorizations: list = []
 
-    with serving(OtherHost, "127.0.0.2") as port:
+    with OtherHost.host("127.0.0.2") as other:
+        port = other.port
         FakeIndex.routes["/simple/torch-xla/"] = (302, "text/plain", b"",
                                                   {"Location": form.format(port=port, host=host)})
         with pytest.raises(Failure) as caught:

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from fake_index import FakeIndex
+from support.index import FakeIndex
 
 from xla_images import layers
 from xla_images.errors import Failure

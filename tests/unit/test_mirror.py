@@ -4,12 +4,11 @@ A fake mirror on loopback answers the preflight; the engine is faked (these are 
 through a real proxy registry is tests/engine/test_pull_mirror.py)."""
 from __future__ import annotations
 
-import http.server
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from fake_index import serving
+from support.registry import FakeRegistry, digest_of
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.registry import Mirror
@@ -17,36 +16,10 @@ from xla_images.run import engine
 from xla_images.run.shipping import mirror as mirroring
 from xla_images.run.registry import PASSWORD_ENV, USER_ENV, RetryPolicy
 
-DIGEST = "sha256:" + "d" * 64
+MANIFEST = b'{"schemaVersion": 2}'
+DIGEST = digest_of(MANIFEST)
 ORIGIN_REF = f"registry.example.com/team/xla-images@{DIGEST}"
 SECRET = "origin-Pa55word!"
-
-
-class FakeMirror(http.server.BaseHTTPRequestHandler):
-    """/v2/ answers `ping`; a manifest HEAD answers `manifest` (with the digest on 200)."""
-
-    ping = 200
-    manifest = 200
-    seen: list[tuple[str, str, str]] = []  # method, path, Authorization
-
-    def do_GET(self) -> None:  # noqa: N802 -- the http.server API
-        self._answer(self.ping if self.path == "/v2/" else 404)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._answer(self.manifest if self.path.startswith("/v2/") and "/manifests/" in self.path else 404)
-
-    def _answer(self, status: int) -> None:
-        type(self).seen.append((self.command, self.path, self.headers.get("Authorization", "")))
-        self.send_response(status)
-        if status == 401:
-            self.send_header("WWW-Authenticate", 'Basic realm="zone"')
-        if status == 200 and "/manifests/" in self.path:
-            self.send_header("Docker-Content-Digest", DIGEST)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 class FakeEngine:
@@ -83,10 +56,16 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
 
 
 @pytest.fixture()
-def fake_mirror() -> Iterator[str]:
-    FakeMirror.ping, FakeMirror.manifest, FakeMirror.seen = 200, 200, []
-    with serving(FakeMirror) as port:
-        yield f"127.0.0.1:{port}"
+def mirror() -> Iterator[FakeRegistry]:
+    """A mirror that holds the origin's manifest (what a proxy registry serves once it has fetched it)."""
+    with FakeRegistry() as registry:
+        registry.put_manifest("team/xla-images", None, MANIFEST)
+        yield registry
+
+
+@pytest.fixture()
+def fake_mirror(mirror: FakeRegistry) -> str:
+    return mirror.host
 
 
 def pull(host: str) -> mirroring.PulledThrough:
@@ -133,8 +112,9 @@ def test_a_served_digest_is_pulled_from_the_mirror_and_tagged_with_the_origin_na
 
 def test_a_mirror_that_does_not_answer_is_one_error_and_nothing_is_pulled_or_tagged(
         fake_engine: FakeEngine) -> None:
-    with serving(FakeMirror) as port:
-        pass  # the port is free again: nothing listens there now
+    with FakeRegistry() as gone:
+        port = gone.port
+    # the port is free again: nothing listens there now
     with pytest.raises(Failure) as caught:
         pull(f"127.0.0.1:{port}")
     error = caught.value
@@ -145,8 +125,9 @@ def test_a_mirror_that_does_not_answer_is_one_error_and_nothing_is_pulled_or_tag
 
 @pytest.mark.parametrize("status", [404, 500])
 def test_a_mirror_without_the_digest_says_so_before_the_engine_pulls(
-        status: int, fake_mirror: str, fake_engine: FakeEngine) -> None:
-    FakeMirror.manifest = status  # 404: no such manifest; 500: the proxy could not fetch it from its origin
+        status: int, mirror: FakeRegistry, fake_mirror: str, fake_engine: FakeEngine) -> None:
+    # 404: no such manifest; 500: the proxy could not fetch it from its origin
+    mirror.fault("HEAD", "/manifests/", (status, {}, b""))
     with pytest.raises(Failure) as caught:
         pull(fake_mirror)
     assert caught.value.rule == "mirror-missing" and fake_mirror in caught.value.message
@@ -166,13 +147,14 @@ def test_an_engine_pull_that_fails_is_a_mirror_error_and_tags_nothing(
 
 
 def test_the_origin_credentials_of_the_environment_never_reach_the_mirror(
-        fake_mirror: str, fake_engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(USER_ENV, "ci-bot")
     monkeypatch.setenv(PASSWORD_ENV, SECRET)
-    FakeMirror.ping = 401  # a mirror that asks for Basic credentials
-    with pytest.raises(Failure) as caught:
-        pull(fake_mirror)
+    with FakeRegistry(auth="basic", user="ci-bot", password=SECRET) as asking:  # a mirror that asks for Basic
+        fake_mirror = asking.host
+        with pytest.raises(Failure) as caught:
+            pull(fake_mirror)
     assert caught.value.rule == "registry-auth" and "anonymous" in caught.value.message
     assert f"pull mirror {fake_mirror}" in caught.value.message and "without --mirror" in (caught.value.hint or "")
-    assert all(authorization == "" for _, _, authorization in FakeMirror.seen)
+    assert asking.seen and asking.authorizations() == []
     assert SECRET not in caught.value.render() and fake_engine.pulled == []

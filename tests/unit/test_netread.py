@@ -4,7 +4,6 @@ the socket while the server dribbles its headers or body (one byte every 0.3 s a
 from __future__ import annotations
 
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -12,6 +11,7 @@ import pytest
 import requests
 
 from rude_server import Exchange, RudeServer, answer
+from support.host import server_context
 from xla_images.errors import Failure
 from xla_images.run import netread
 
@@ -130,18 +130,8 @@ def test_an_answer_that_closes_the_connection_is_read_whole(rude) -> None:
     assert fetch(rude(script)) == b"last" * 100_000
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
-                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   cwd=directory, check=True, capture_output=True, timeout=60)
-    return directory
-
-
 def tls_server(rude, certificate: Path, script: Callable[[Exchange], None]) -> RudeServer:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    context = server_context(certificate)
     return rude(script, context)
 
 

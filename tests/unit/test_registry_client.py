@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from support.host import Answer, Host, Seen, server_context
+from support.registry import FakeRegistry
 
 from xla_images.errors import ConfigError, Failure
 from xla_images.model.registry import Registry
@@ -23,52 +23,15 @@ from xla_images.run.registry.errors import unreachable_hint
 
 DIGEST = "sha256:" + "a" * 64
 NO_WAIT = RetryPolicy(attempts=2, first_wait=0.0, max_wait=0.0)
-Answer = tuple[int, dict[str, str], bytes]
-
-
-class Server:
-    """Answers each request with `route(method, path, headers)`; records what it was asked."""
-
-    def __init__(self, route: Callable[[str, str, dict[str, str]], Answer], context: ssl.SSLContext | None = None):
-        self.route = route
-        self.requests: list[tuple[str, str, dict[str, str]]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _any(self) -> None:
-                headers = {key.lower(): value for key, value in self.headers.items()}
-                owner.requests.append((self.command, self.path, headers))
-                status, extra, body = owner.route(self.command, self.path, headers)
-                self.send_response(status)
-                for key, value in extra.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _any
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if context is not None:
-            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
-        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[..., Server]]:
-    started: list[Server] = []
+def serve() -> Iterator[Callable[..., Host]]:
+    """Starts recording hosts on 127.0.0.1 that answer a route; closes them after the test."""
+    started: list[Host] = []
 
-    def start(route: Callable[[str, str, dict[str, str]], Answer], context: ssl.SSLContext | None = None) -> Server:
-        started.append(Server(route, context))
+    def start(route: Callable[[Seen], Answer], context: ssl.SSLContext | None = None) -> Host:
+        started.append(Host(route=route, context=context).start())
         return started[-1]
 
     yield start
@@ -76,7 +39,7 @@ def serve() -> Iterator[Callable[..., Server]]:
         server.close()
 
 
-def client_for(server: Server, credentials: Credentials | None = None, **kwargs: object) -> RegistryClient:
+def client_for(server: Host, credentials: Credentials | None = None, **kwargs: object) -> RegistryClient:
     return RegistryClient(Registry.parse(f"{server.host}/repo"), credentials, retry=NO_WAIT, **kwargs)  # type: ignore
 
 
@@ -84,7 +47,7 @@ def client_for(server: Server, credentials: Credentials | None = None, **kwargs:
 
 @pytest.mark.parametrize("header", ["sha256:zzz", "sha256:" + "A" * 64, "md5:abc", DIGEST + "0"])
 def test_a_digest_header_outside_the_grammar_is_refused_not_printed(serve, header: str) -> None:
-    server = serve(lambda method, path, headers: (200, {"Docker-Content-Digest": header}, b""))
+    server = serve(lambda seen: (200, {"Docker-Content-Digest": header}, b""))
     flavour_client = client_for(server)
     with pytest.raises(Failure) as caught:
         flavour_client.manifest_digest("t")
@@ -98,7 +61,7 @@ def test_a_digest_header_outside_the_grammar_is_refused_not_printed(serve, heade
     (b'{"tags": "latest"}', "not a list of strings"),
 ])
 def test_a_tag_list_that_is_not_one_is_refused(serve, body: bytes, problem: str) -> None:
-    server = serve(lambda method, path, headers: (200, {"Content-Type": "application/json"}, body))
+    server = serve(lambda seen: (200, {"Content-Type": "application/json"}, body))
     with pytest.raises(Failure) as caught:
         client_for(server).tag_digests()  # what prune reads
     assert caught.value.rule == "registry-answer" and problem in caught.value.message
@@ -106,26 +69,26 @@ def test_a_tag_list_that_is_not_one_is_refused(serve, body: bytes, problem: str)
 
 @pytest.mark.parametrize("body", [b"not json", b'["a", "b"]', b'{"tags": ["a", 7]}'])
 def test_prune_refuses_a_garbled_tag_list_before_deciding_anything(serve, body: bytes) -> None:
-    def route(method: str, path: str, headers: dict[str, str]) -> Answer:
-        return (200, {}, body) if path.endswith("/tags/list") else (200, {}, b"{}")
+    def route(seen: Seen) -> Answer:
+        return (200, {}, body) if seen.path.endswith("/tags/list") else (200, {}, b"{}")
 
     server = serve(route)
     with pytest.raises(Failure) as caught:
         prune.prune(client_for(server), keep=0, older_than_days=0, protected={}, collect=False)
     assert caught.value.rule == "registry-answer"
-    assert [method for method, _, _ in server.requests if method == "DELETE"] == []
+    assert "DELETE" not in server.methods()
 
 
 def test_an_oversized_answer_is_refused_before_it_is_all_read(serve, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_module.answers, "TAGS_LIMIT", 1000)
-    server = serve(lambda method, path, headers: (200, {}, json.dumps({"tags": ["t"] * 1000}).encode()))
+    server = serve(lambda seen: (200, {}, json.dumps({"tags": ["t"] * 1000}).encode()))
     with pytest.raises(Failure, match="at most 1000 bytes expected"):
         client_for(server).tags()
 
 
 def test_tag_pages_are_followed(serve) -> None:
-    def route(method: str, path: str, headers: dict[str, str]) -> Answer:
-        if "last=" in path:
+    def route(seen: Seen) -> Answer:
+        if "last=" in seen.path:
             return 200, {}, b'{"tags": ["b"]}'
         return 200, {"Link": '</v2/repo/tags/list?last=a&n=1>; rel="next"'}, b'{"tags": ["a"]}'
 
@@ -134,68 +97,51 @@ def test_tag_pages_are_followed(serve) -> None:
 
 # --- auth ------------------------------------------------------------------------------------------------
 
-def token_registry(tokens: list[str], lifetime: int = 300) -> Callable[[str, str, dict[str, str]], Answer]:
-    def route(method: str, path: str, headers: dict[str, str]) -> Answer:
-        if path.startswith("/token"):
-            if headers.get("authorization") != "Basic dXNlcjpwdw==":  # user:pw
-                return 401, {}, b"{}"
-            tokens.append(f"tok-{len(tokens)}")
-            return 200, {}, json.dumps({"token": tokens[-1], "expires_in": lifetime}).encode()
-        if headers.get("authorization") == f"Bearer {tokens[-1] if tokens else ''}":
-            return 200, {"Docker-Content-Digest": DIGEST}, b""
-        host = headers["host"]
-        return 401, {"WWW-Authenticate": f'Bearer realm="http://{host}/token",service="reg",scope="x"'}, b""
-
-    return route
-
-
-def test_bearer_tokens_are_fetched_with_the_scopes_then_reused(serve) -> None:
-    tokens: list[str] = []
-    server = serve(token_registry(tokens))
-    client = client_for(server, Credentials("user", "pw"), actions="pull",
-                        extra_scopes=("repository:other:pull",))
-    assert client.manifest_digest("a") == DIGEST and client.manifest_digest("b") == DIGEST
-    assert tokens == ["tok-0"]  # one token for both calls
-    token_request = next(path for method, path, _ in server.requests if path.startswith("/token"))
+def test_bearer_tokens_are_fetched_with_the_scopes_then_reused() -> None:
+    with FakeRegistry(auth="bearer", user="user", password="pw") as server:
+        digest = server.put_manifest("repo", "a", b"{}")
+        server.put_manifest("repo", "b", b"{}")
+        client = client_for(server, Credentials("user", "pw"), actions="pull",
+                            extra_scopes=("repository:other:pull",))
+        assert client.manifest_digest("a") == digest and client.manifest_digest("b") == digest
+    assert server.tokens == ["tok-0"]  # one token for both calls
+    token_request = next(seen.path for seen in server.seen if seen.path.startswith("/token"))
     query = parse_qs(urlsplit(token_request).query)
     assert query["scope"] == ["repository:repo:pull", "repository:other:pull"] and query["service"] == ["reg"]
 
 
-def test_an_expired_token_is_renewed(serve, monkeypatch: pytest.MonkeyPatch) -> None:
-    tokens: list[str] = []
-    server = serve(token_registry(tokens, lifetime=600))
-    client = client_for(server, Credentials("user", "pw"))
-    now = [1000.0]
-    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
-    client.manifest_digest("a")
-    now[0] += 100
-    client.manifest_digest("b")
-    assert tokens == ["tok-0"]
-    now[0] += 600  # past expires_in: the stale token is not sent; the challenge earns a new one
-    assert client.manifest_digest("c") == DIGEST
-    assert tokens == ["tok-0", "tok-1"]
+def test_an_expired_token_is_renewed(monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeRegistry(auth="bearer", user="user", password="pw", lifetime=600) as server:
+        digest = [server.put_manifest("repo", tag, b"{}") for tag in "abc"][0]
+        client = client_for(server, Credentials("user", "pw"))
+        now = [1000.0]
+        monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+        client.manifest_digest("a")
+        now[0] += 100
+        client.manifest_digest("b")
+        assert server.tokens == ["tok-0"]
+        now[0] += 600  # past expires_in: the stale token is not sent; the challenge earns a new one
+        assert client.manifest_digest("c") == digest
+    assert server.tokens == ["tok-0", "tok-1"]
 
 
-def test_refused_credentials_name_their_source_never_the_secret(serve) -> None:
-    server = serve(token_registry([]))
+def test_refused_credentials_name_their_source_never_the_secret() -> None:
     credentials = Credentials("user", "wrong-secret", "credential helper docker-credential-pass (credsStore in x)")
-    with pytest.raises(Failure) as caught:
+    with FakeRegistry(auth="bearer", user="user", password="pw") as server, pytest.raises(Failure) as caught:
+        server.put_manifest("repo", "a", b"{}")
         client_for(server, credentials).manifest_digest("a")
     text = caught.value.render()
     assert caught.value.rule == "registry-auth" and "docker-credential-pass" in text and "wrong-secret" not in text
 
 
-def test_basic_challenge_is_answered_then_sent_up_front(serve) -> None:
-    def route(method: str, path: str, headers: dict[str, str]) -> Answer:
-        if headers.get("authorization") == "Basic dXNlcjpwdw==":
-            return 200, {"Docker-Content-Digest": DIGEST}, b""
-        return 401, {"WWW-Authenticate": 'Basic realm="r"'}, b""
-
-    server = serve(route)
-    client = client_for(server, Credentials("user", "pw"))
-    client.manifest_digest("a")
-    client.manifest_digest("b")
-    assert len(server.requests) == 3  # one challenge, then credentials sent with every request
+def test_basic_challenge_is_answered_then_sent_up_front() -> None:
+    with FakeRegistry(auth="basic", user="user", password="pw") as server:
+        for tag in "ab":
+            server.put_manifest("repo", tag, b"{}")
+        client = client_for(server, Credentials("user", "pw"))
+        client.manifest_digest("a")
+        client.manifest_digest("b")
+    assert len(server.seen) == 3  # one challenge, then credentials sent with every request
 
 
 @pytest.mark.parametrize("header, scheme, params", [
@@ -211,20 +157,10 @@ def test_challenges_parse(header: str, scheme: str, params: dict[str, str]) -> N
 
 # --- TLS -------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
-                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   cwd=directory, check=True, capture_output=True, timeout=60)
-    return directory
-
-
 def test_tls_trust_comes_from_certs_d_and_its_absence_names_the_file(serve, certificate: Path,
                                                                      tmp_path: Path) -> None:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
-    server = serve(lambda method, path, headers: (200, {}, b"{}"), context)
+    context = server_context(certificate)
+    server = serve(lambda seen: (200, {}, b"{}"), context)
     certs_d = tmp_path / "certs.d"
     untrusted = tls.Trust(server.host, "https", certs_d)
     with pytest.raises(Failure) as caught:
@@ -309,9 +245,8 @@ def test_resolve_warns_when_the_registry_is_away_but_fails_on_a_setup_to_fix(ser
     warned: list[str] = []
     away = RegistryClient(Registry.parse("no-such-host.invalid/x"), retry=NO_WAIT)
     assert resolve.verify(candidate, away, warned.append).verified is False and "could not re-verify" in warned[0]
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
-    server = serve(lambda method, path, headers: (200, {}, b"{}"), context)
+    context = server_context(certificate)
+    server = serve(lambda seen: (200, {}, b"{}"), context)
     untrusted = client_for(server, trust=tls.Trust(server.host, "https", tmp_path))
     with pytest.raises(Failure) as caught:
         resolve.verify(candidate, untrusted, warned.append)

@@ -476,7 +476,7 @@ def test_write_refuses_a_matrix_linked_into_another_folder(tmp_path: Path) -> No
 
 
 def test_credentials_in_the_index_url_are_never_printed_or_written(index_server: str, tmp_path: Path) -> None:
-    from fake_index import FakeIndex, json_page, wheel
+    from support.index import FakeIndex, json_page, wheel
     from hostile_inputs import run_cli
 
     four = ("3.10", "3.11", "3.12", "3.13")
@@ -588,7 +588,7 @@ def test_an_index_without_companions_records_none_and_says_so(tmp_path: Path) ->
 def test_companions_are_read_from_an_http_index(index_server: str, tmp_path: Path) -> None:
     """Over HTTP (range requests into real zips): a companion's METADATA of another project or version is refused,
     the old `torch (==X)` form is read, and a page the index does not have is a warning, not a failure."""
-    from fake_index import FakeIndex, json_page, wheel
+    from support.index import FakeIndex, json_page, wheel
     from xla_images.run.packages.index import Index
     from xla_images.run.packages.upstream import plan_update
 
