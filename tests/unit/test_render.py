@@ -92,11 +92,16 @@ def test_dockerfile_follows_the_build_context_contract() -> None:
     assert "COPY requirements.lock install_wheels.py split_layers.py /tmp/" in wheels_stage
     assert "/tmp/split_layers.py" in wheels_stage
     assert 'find /layers/smoke -exec touch -h -d "@${SOURCE_DATE_EPOCH}" {} +' in wheels_stage
-    # Any UID (docs/running.md): the venv's directories are group-0 writable in every layer tree (set here, in the
-    # wheels stage: no chown layer duplicates them), the image's user and home come from the venv stage.
-    chmods = [line for line in wheels_stage.splitlines() if "-type d -exec chmod g+w {} +" in line]
-    for tree in ("venv-bootstrap", "torch-any", "torch", "torch_xla", "libtpu", "smoke", "derived"):
-        assert any(f"/layers/{tree}/opt/venv " in line for line in chmods), tree
+    # Any UID (docs/running.md): the venv's directories, and those of the python-independent tree its
+    # site-packages links into, are group-0 writable in every layer tree (set here, in the wheels stage: no chown
+    # layer duplicates them); the image's user and home come from the venv stage.
+    assert '-path "*/opt/venv" -o -path "*/opt/venv/*" -o -path "*/opt/xla-images/any" -o -path ' \
+           '"*/opt/xla-images/any/*"' in wheels_stage
+    finds = [line for line in wheels_stage.splitlines() if line.strip().startswith("find /layers/venv-bootstrap")]
+    for tree in ("venv-bootstrap", "torch-any", "torch", "torch_xla", "libtpu"):
+        assert any(f" /layers/{tree} " in line or line.endswith(f" /layers/{tree}") for line in finds), tree
+    for tree in ("smoke", "derived"):
+        assert f"find /layers/{tree}/opt/venv -type d -exec chmod g+w {{}} +" in wheels_stage, tree
     assert "find /layers/venv/opt/venv -type d -exec chmod g+w {} +" in venv
     assert '"xla:x:1000:0:xla-images:/home/xla:/bin/sh"' in venv and "-perm /6000" in venv
     assert "COPY --from=venv /layers/system/ /" in base

@@ -124,6 +124,7 @@ def template_context(flavour: Flavour, constraints: str = "") -> dict[str, Any]:
         "pip_secret": PIP_SECRET,
         "ca_secret": CA_SECRET,
         "layers_dir": layers.LAYERS_DIR,
+        "pure_dir": layers.PURE_DIR,
         "venv_parent": str(Path(VENV).parent),
         "source_date_epoch": SOURCE_DATE_EPOCH,
         "roots": layer_roots(flavour),
