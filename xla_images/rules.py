@@ -53,6 +53,7 @@ CREDENTIALS = "reliability.md#where-credentials-go"
 DERIVED_CHECK = "derived.md#xla-images-check-does-the-image-still-hold"
 DERIVED_DEVEL = "derived.md#devel-images-c-extensions-for-each-abi"
 RUN_SPEC = "running.md#kubernetes"
+PIPELINE = "pipeline.md#release-day-the-whole-matrix-in-one-run"
 
 CATALOGUE: tuple[Rule, ...] = (
     # --- input files, YAML, the disk ---
@@ -181,6 +182,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("engine-remove", "the engine could not remove a container", IMAGE, "docker rm -f the container named"),
     Rule("engine-run", "the engine could not run a container", IMAGE, "read the engine's reason; `build.py doctor`"),
     Rule("engine-save", "the engine could not export an image", IMAGE, "check the disk and the engine's logs"),
+    Rule("engine-spec", "--engine is neither a docker context name nor an engine URL", PIPELINE, "`docker context ls`, or a DOCKER_HOST URL such as ssh://host or tcp://host:2376"),
     Rule("engine-tag", "the engine could not tag an image", COMMANDS, "check the engine's logs"),
     Rule("engine-untag", "the engine could not untag an image", COMMANDS, "check the engine's logs"),
     Rule("image-exists", "the image is not on this engine", IMAGE, "./build.py build TAG, or ./build.py pull TAG"),
@@ -190,6 +192,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("safe-extract", "an archive from a container holds a path that would escape (refused)", IMAGE, "inspect the image; nothing was extracted"),
     Rule("sbom-inventory", "the image's venv listed no distributions for the SBOM", IMAGE, "run /opt/venv/bin/python -c 'import importlib.metadata' in the image"),
     Rule("sbom-valid", "a written SBOM is not a valid CycloneDX document", IMAGE, "report it: the SBOM writer is ours"),
+    Rule("ship", "some buildable images were not pushed (a phase failed, or the run was interrupted)", PIPELINE, "read each failure's line and log; run the same `ship` again to resume"),
     Rule("smoke-usage", "the smoke suite in the image refused its arguments (an older suite)", IMAGE, "rebuild the image: ./build.py build --force TAG"),
     # --- registries, push, pull, resolve ---
     Rule("daemon-json", "/etc/docker/daemon.json cannot be read as the engine reads it", REGISTRIES, '"insecure-registries": ["registry.lan:5000"]'),

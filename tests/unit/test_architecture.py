@@ -78,6 +78,7 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
     (run / "building" / "check_tool.py").write_text("from xla_images.run.building import bake\n")
     (run / "checking" / "checks.py").write_text("from xla_images.run.checking import image_tests\n")
     (run / "shipping" / "zstd_push.py").write_text("from xla_images.run.shipping import sign\n")
+    (run / "pipeline" / "order.py").write_text("from xla_images.run.pipeline import runner\n")
     (tmp_path / "docker").mkdir()
     (tmp_path / "docker" / "__init__.py").write_text("")
     (tmp_path / "smoke" / "xla_smoke").mkdir(parents=True)
@@ -93,7 +94,8 @@ def test_the_contracts_fail_on_a_package_that_breaks_them(tmp_path: Path) -> Non
                    "xla_images.run.packages.index -> xla_images.run.packages.layout",
                    "xla_images.run.building.check_tool -> xla_images.run.building.bake",
                    "xla_images.run.checking.checks -> xla_images.run.checking.image_tests",
-                   "xla_images.run.shipping.zstd_push -> xla_images.run.shipping.sign"):
+                   "xla_images.run.shipping.zstd_push -> xla_images.run.shipping.sign",
+                   "xla_images.run.pipeline.order -> xla_images.run.pipeline.runner"):
         assert broken in result.stdout, result.stdout
     assert f"Contracts: 0 kept, {len(CONTRACTS['contracts'])} broken." in result.stdout
 

@@ -33,6 +33,7 @@ COMMANDS = (
     ("test", "test"),
     ("bench", "bench"),
     ("publish", "push"),
+    ("ship", "ship"),
     ("publish", "resolve"),
     ("publish", "pull"),
     ("publish", "published"),

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -17,7 +16,7 @@ from ..errors import Failure
 from ..generate.plan import Plan
 from ..model.target import Target
 from ..run.building import build as building
-from .common import flavour_filters, in_ci, plan_options, reports_option, select
+from .common import flavour_filters, in_ci, interrupts_on_sigterm, plan_options, reports_option, select
 
 FAILURE_TAIL_LINES = 25
 
@@ -65,7 +64,7 @@ def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jo
                                     builder=settings.read_builder())
     console = Console(stderr=True)
     live = console.is_terminal and not in_ci()
-    with _sigterm_interrupts(), _reporter(console, live) as reporter:
+    with interrupts_on_sigterm(), _reporter(console, live) as reporter:
         results = building.build_flavours(plan, flavours, options, reporter)
     if len(results) > 1 or any(result.outcome is not building.Outcome.SKIPPED for result in results):
         _print_summary(results, live)
@@ -142,20 +141,6 @@ def _reporter(console: Console, live: bool) -> Iterator[building.Reporter]:
     reporter = _LiveReporter(console)
     with reporter.progress:
         yield reporter
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (CI cancelling a job, `docker stop`, kill) cleans up like Ctrl-C does."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt()
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _result_text(result: building.FlavourResult) -> str:

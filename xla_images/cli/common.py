@@ -1,11 +1,13 @@
 """Options and helpers the commands share: --matrix, --site, --set and the plan they load, the flavour filters,
---published, --reports, `say` for progress lines and `figure` for table cells."""
+--published, --reports, `say` for progress lines, `figure` for table cells, and SIGTERM as Ctrl-C."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -101,3 +103,17 @@ def select(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None]) -
         raise ConfigError("no flavour matches", rule="flavour-exists",
                           hint="`build.py list` shows what the matrix declares; loosen the filters")
     return chosen
+
+
+@contextlib.contextmanager
+def interrupts_on_sigterm() -> Iterator[None]:
+    """SIGTERM (CI cancelling a job, `docker stop`, kill) cleans up like Ctrl-C does."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

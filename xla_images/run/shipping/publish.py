@@ -123,7 +123,7 @@ def push_flavour(flavour: Target, registry: Registry, client: RegistryClient,
                               rule="push-verified", hint="the local image changed during the push; push again")
             _verify(client, registry, alias, digest)
             progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
-    return Published(flavour.tag, flavour.tags, registry.name, digest, labels, flavour.to_json(), _now())
+    return Published(flavour.tag, flavour.tags, registry.name, digest, labels, flavour.to_json(), now())
 
 
 def check_layer_compression(manifest: dict[str, Any], compression: Compression, ref: str) -> None:
@@ -156,7 +156,7 @@ def _push_zstd(flavour: Target, image: str, labels: dict[str, str], registry: Re
         with _push_failed(registry.ref(alias)):
             zstd_push.put_manifest(client, alias, pushed.manifest, pushed.digest)
         progress(f"{flavour.tag}: alias {registry.ref(alias)} verified")
-    return Published(flavour.tag, flavour.tags, registry.name, pushed.digest, labels, flavour.to_json(), _now())
+    return Published(flavour.tag, flavour.tags, registry.name, pushed.digest, labels, flavour.to_json(), now())
 
 
 def _zstd_retrying(image: str, client: RegistryClient, compression: Compression, tag: str,
@@ -244,7 +244,7 @@ def _verify(client: RegistryClient, registry: Registry, tag: str, digest: str) -
                       rule="push-verified", hint="someone else pushed the same tag meanwhile; push again")
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
