@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from support.host import Host, Stalled, Truncated, fixed, server_context
+import requests
+
+from support.host import Host, Stalled, Truncated, fixed, forward, server_context
 from support.index import FakeIndex, html_page, json_page, wheel
 from support.registry import FakeRegistry, digest_of, gzipped, zstd_compressed
 
@@ -93,6 +95,26 @@ def test_a_stall_outlasts_a_client_timeout_and_ends_when_the_host_closes() -> No
         ask(host, "GET", "/", timeout=0.5)
     host.close()  # releases the stalled handler at once, not after 60 seconds
     assert time.monotonic() - started < 5
+
+
+def test_a_front_forwards_a_request_as_it_came_and_passes_back_what_clients_read() -> None:
+    """forward: method, path, body and Authorization reach the upstream; its redirect is passed back, not
+    followed; only the headers registry clients read come back."""
+    answer = (307, {"Location": "http://127.0.0.3:1/elsewhere", "Docker-Content-Digest": "sha256:ab",
+                    "X-Upstream-Only": "private"}, b"moved")
+    session = requests.Session()
+    session.trust_env = False
+    with Host("127.0.0.2", route=lambda seen: answer) as upstream, \
+            Host(route=lambda seen: forward(seen, upstream.url, session)) as front:
+        status, headers, body = ask(front, "PUT", "/v2/r/blobs/uploads/1?digest=sha256:ab",
+                                    {"Authorization": "Basic c2VjcmV0", "Content-Type": "x/y"}, b"layer")
+    assert (status, body, headers["location"], headers["docker-content-digest"]) == \
+        (307, b"moved", "http://127.0.0.3:1/elsewhere", "sha256:ab")
+    assert "x-upstream-only" not in headers
+    assert [(seen.method, seen.path, seen.body, seen.authorization, seen.headers["content-type"])
+            for seen in upstream.seen] == [("PUT", "/v2/r/blobs/uploads/1?digest=sha256:ab", b"layer",
+                                            "Basic c2VjcmV0", "x/y")]
+    assert front.authorizations() == upstream.authorizations()
 
 
 # --- the registry ----------------------------------------------------------------------------------------------
