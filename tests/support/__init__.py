@@ -7,6 +7,7 @@
 - registry.FakeRegistry: a Host that speaks the part of the Docker registry API v2 the unit tests need, with
   Basic or Bearer auth (its own token endpoint), redirects of blob and manifest reads, and scripted faults.
 - index: a package index (PEP 691 JSON / PEP 503 HTML pages, range reads of wheels).
+- matrices: matrix text several unit tests share (the 2.9.0 release block).
 
 tests/ is on sys.path (pytest puts the rootdir conftest's folder there), so tests import `support.host` etc.
 """

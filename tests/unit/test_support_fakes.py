@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import json
 import socket
 import ssl
+import tarfile
 import time
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import requests
 
 from support.host import Host, Stalled, Truncated, fixed, forward, server_context
 from support.index import FakeIndex, html_page, json_page, wheel
-from support.registry import FakeRegistry, digest_of, gzipped, zstd_compressed
+from support.registry import FakeRegistry, digest_of, gzipped, tar_of, zstd_compressed
 
 TIMEOUT = 10.0
 Reply = tuple[int, dict[str, str], bytes]
@@ -137,6 +139,14 @@ def test_a_pushed_blob_and_manifest_are_served_by_tag_and_digest_then_deleted() 
         assert json.loads(ask(registry, "GET", "/v2/_catalog")[2]) == {"repositories": ["team/app"]}
         assert ask(registry, "DELETE", f"/v2/team/app/manifests/{digest_of(manifest)}")[0] == 202
         assert ask(registry, "HEAD", "/v2/team/app/manifests/v1")[0] == 404
+
+
+def test_a_tar_holds_its_members_in_order_and_is_the_same_every_time() -> None:
+    members = {"b/file": b"second", "a": b"", "blobs/sha256/x": b"\x00" * 600}
+    data = tar_of(members)
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        read = {info.name: archive.extractfile(info).read() for info in archive.getmembers()}
+    assert list(read) == list(members) and read == members and tar_of(members) == data
 
 
 def test_an_upload_whose_bytes_do_not_match_its_digest_is_refused() -> None:
