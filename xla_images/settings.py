@@ -104,7 +104,7 @@ STATE = Setting("state", "a folder", f"`{DEFAULT_STATE}`",
 CI = Setting("ci", "`1`, `true` or `yes`", "unset",
              "set by CI services: plain progress lines instead of live tables.", env=("CI",), site=False)
 
-COSIGN_PASSWORD = Setting("cosign_password", "text (a secret)", "unset",
+COSIGN_PASSWORD = Setting("cosign_password", "a secret", "unset",
                           "the password of the key `sign` signs with (empty for a key made without one); read "
                           "at the CLI's edge, handed to cosign in its environment, never printed or written.",
                           rules=("sign-password",), env=("COSIGN_PASSWORD",), site=False)
