@@ -5,15 +5,15 @@ Two kinds. A *site* setting lives in site.yaml (over xla_images/site_defaults.ya
 model.site takes its keys, which `--set` values are text rather than YAML, and the order its validators run in
 from SITE_SETTINGS; generate.schemas its descriptions; docs/site.md its list (rendered by `render`, drift-checked
 by `render --check`). An *environment* setting is a variable only, read by its `read_*` function here and
-nowhere else: the builder at the CLI's edge, handed to build and doctor code as an argument; the others (pull
-stall, cache, lock dir, state, CI) by the module that needs them, through their `read_*`, when it needs them
-(so a test's monkeypatched variable is what is read). The environment a child process inherits is copied in
-one place too (`child_environment`).
+nowhere else: the builder and the cosign key's password at the CLI's edge, handed to build, doctor and sign code
+as arguments; the others (pull stall, cache, lock dir, state, CI) by the module that needs them, through their
+`read_*`, when it needs them (so a test's monkeypatched variable is what is read). The environment a child process
+inherits is copied in one place too (`child_environment`).
 
 What only the docker/TLS world defines (DOCKER_HOST, DOCKER_CONFIG, SSL_CERT_FILE for the registry client,
-credential helpers, COSIGN_PASSWORD) stays with the code that follows those conventions (run.engine.connection,
-run.registry.tls and credentials, run.shipping.sign); abi/, imagecheck/ and layers.py run inside images without
-this package and read their own.
+credential helpers) stays with the code that follows those conventions (run.engine.connection, run.registry.tls
+and credentials); abi/, imagecheck/ and layers.py run inside images without this package and read their own.
+tests/unit/test_architecture.py lists every product module that reads the environment (ENVIRONMENT_READERS).
 
 Adding a setting: docs/architecture.md, "A setting".
 """
@@ -104,7 +104,12 @@ STATE = Setting("state", "a folder", f"`{DEFAULT_STATE}`",
 CI = Setting("ci", "`1`, `true` or `yes`", "unset",
              "set by CI services: plain progress lines instead of live tables.", env=("CI",), site=False)
 
-ENV_SETTINGS: tuple[Setting, ...] = (BUILDER, PULL_STALL, CACHE, LOCK_DIR, STATE, CI)
+COSIGN_PASSWORD = Setting("cosign_password", "a secret", "unset",
+                          "the password of the key `sign` signs with (empty for a key made without one); read "
+                          "at the CLI's edge, handed to cosign in its environment, never printed or written.",
+                          rules=("sign-password",), env=("COSIGN_PASSWORD",), site=False)
+
+ENV_SETTINGS: tuple[Setting, ...] = (BUILDER, PULL_STALL, CACHE, LOCK_DIR, STATE, CI, COSIGN_PASSWORD)
 
 SETTINGS: tuple[Setting, ...] = SITE_SETTINGS + ENV_SETTINGS
 SITE_KEYS = frozenset(setting.name for setting in SITE_SETTINGS)
@@ -163,6 +168,12 @@ def read_state_dir(environ: Mapping[str, str] | None = None) -> Path:
 def read_ci(environ: Mapping[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     return environ.get(CI.env[0], "").lower() in ("1", "true", "yes")
+
+
+def read_cosign_password(environ: Mapping[str, str] | None = None) -> str | None:
+    """The signing key's password, None when the variable is unset (an empty one is a key without a password)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(COSIGN_PASSWORD.env[0])
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

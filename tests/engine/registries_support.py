@@ -4,7 +4,7 @@ the https path, with:
 
 * TLS from a CA generated here with openssl (SAN = the name), the CA in `/etc/docker/certs.d/NAME:PORT/ca.crt`
   where dockerd reads it per request (no restart);
-* `auth.htpasswd` (bcrypt), or `auth.token` whose realm is `TokenServer` (stdlib http.server issuing RS256 JWTs
+* `auth.htpasswd` (bcrypt), or `auth.token` whose realm is `TokenServer` (the kit's recording host, issuing RS256 JWTs
   with an x5c chain the registry checks against the `rootcertbundle` given to it: signature, issuer, service,
   expiry and the granted scopes), or a client-certificate registry (`http.tls.clientcas`);
 * a credential helper `docker-credential-xlatest` (a shell script in a temp dir) for credsStore/credHelpers;
@@ -22,12 +22,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
@@ -35,7 +33,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from registry_process import REPO
+from registry_process import REPO, free_port
+from support.host import Answer, Host, Seen, forward
 
 HOSTS = Path("/etc/hosts")
 ENGINE_CERTS_D = Path("/etc/docker/certs.d")
@@ -100,6 +99,15 @@ def session_pki(tmp_path_factory: pytest.TempPathFactory, who: str) -> Iterator[
         remove_host(name)
 
 
+def pki_fixture(who: str):  # type: ignore[no-untyped-def]
+    """A module's `pki` fixture: `pki = support.pki_fixture("the ... tests")` (`who` names it in the skip)."""
+    @pytest.fixture(scope="module")
+    def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pki]:
+        with session_pki(tmp_path_factory, who) as made:
+            yield made
+    return pki
+
+
 def session_name() -> str:
     """A registry name of this session: resolvable only through the hosts line added for it."""
     return f"xla-reg-{uuid.uuid4().hex[:10]}.internal"
@@ -149,61 +157,41 @@ SERVICE = "xla-test-registry"
 ISSUER = "xla-test-issuer"
 
 
-class TokenServer:
-    """The realm of a token-auth registry: checks basic credentials (or a refresh token), issues RS256 JWTs."""
+class TokenServer(Host):
+    """The realm of a token-auth registry, on the kit's recording host: checks basic credentials (or a refresh
+    token), issues RS256 JWTs; `issued` and `refused` count its answers, `seen` holds every request."""
 
     def __init__(self, pki: Pki, users: dict[str, str], identity_tokens: set[str], lifetime: int = 300) -> None:
-        self.pki = pki
-        self.users = users
-        self.identity_tokens = identity_tokens
-        self.lifetime = lifetime
+        super().__init__("127.0.0.1")
+        self.pki, self.users, self.identity_tokens, self.lifetime = pki, users, identity_tokens, lifetime
         self.issued = 0
         self.refused = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                query = parse_qs(urlsplit(self.path).query)
-                header = self.headers.get("Authorization", "")
-                user = None
-                if header.startswith("Basic "):
-                    name, _, password = base64.b64decode(header[6:]).decode().partition(":")
-                    user = name if server.users.get(name) == password else None
-                    if user is None:
-                        return self._answer(401, {"details": "bad credentials"})
-                server._issue(self, query.get("scope", []), user)
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                form = parse_qs(self.rfile.read(length).decode())
-                if form.get("grant_type") != ["refresh_token"] or \
-                        (form.get("refresh_token") or [""])[0] not in server.identity_tokens:
-                    return self._answer(401, {"details": "bad refresh token"})
-                scopes = " ".join(form.get("scope", [])).split()
-                server._issue(self, scopes, "token-user")
-
-            def _answer(self, status: int, document: dict) -> None:
-                data = json.dumps(document).encode()
-                if status != 200:
-                    server.refused += 1
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def realm(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        return f"{self.url}/token"
 
-    def _issue(self, handler, scopes: list[str], user: str | None) -> None:  # type: ignore[no-untyped-def]
+    def answer(self, seen: Seen) -> Answer:
+        if seen.method == "POST":  # an identity token (docker's refresh token) traded for an access token
+            form = parse_qs(seen.body.decode())
+            if form.get("grant_type") != ["refresh_token"] or \
+                    (form.get("refresh_token") or [""])[0] not in self.identity_tokens:
+                return self._refuse("bad refresh token")
+            return self._issue(" ".join(form.get("scope", [])).split(), "token-user")
+        header = seen.authorization or ""
+        user = None
+        if header.startswith("Basic "):
+            name, _, password = base64.b64decode(header[6:]).decode().partition(":")
+            user = name if self.users.get(name) == password else None
+            if user is None:
+                return self._refuse("bad credentials")
+        return self._issue(parse_qs(urlsplit(seen.path).query).get("scope", []), user)
+
+    def _refuse(self, details: str) -> Answer:
+        self.refused += 1
+        return 401, {"Content-Type": "application/json"}, json.dumps({"details": details}).encode()
+
+    def _issue(self, scopes: list[str], user: str | None) -> Answer:
         access = []
         for scope in scopes:
             kind, _, rest = scope.partition(":")
@@ -215,7 +203,8 @@ class TokenServer:
                   "iat": now, "jti": uuid.uuid4().hex, "access": access}
         token = self.jwt(claims)
         self.issued += 1
-        handler._answer(200, {"token": token, "access_token": token, "expires_in": self.lifetime})
+        document = {"token": token, "access_token": token, "expires_in": self.lifetime}
+        return 200, {"Content-Type": "application/json"}, json.dumps(document).encode()
 
     def jwt(self, claims: dict) -> str:
         header = {"typ": "JWT", "alg": "RS256", "x5c": [self.pki.token_cert_der_b64()]}
@@ -223,14 +212,6 @@ class TokenServer:
         signature = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.pki.directory / "token.key")],
                                    input=signing_input.encode(), capture_output=True, check=True, timeout=30).stdout
         return f"{signing_input}.{_b64url(signature)}"
-
-    def start(self) -> "TokenServer":
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _b64url(data: bytes) -> str:
@@ -300,6 +281,20 @@ class TlsRegistry:
     def log(self) -> str:
         path = self.directory / "registry.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_registry(pki: Pki, directory: Path, **start: object) -> Iterator[TlsRegistry]:
+    """A TlsRegistry under the session's name on a free port, its CA (and with `client_cas=True` the client
+    certificate) in the engine's certs.d while it runs; `start` goes to TlsRegistry.start. Stopped and its
+    certs.d removed on the way out."""
+    registry = TlsRegistry(pki.name, free_port(), directory)
+    certs = place_engine_certs(registry.host, pki, client=bool(start.get("client_cas")))
+    try:
+        yield registry.start(pki, **start)  # type: ignore[arg-type]
+    finally:
+        registry.stop()
+        remove_engine_certs(certs)
 
 
 def write_htpasswd(path: Path, users: dict[str, str]) -> Path:
@@ -417,108 +412,53 @@ class Client:
 
 # --- a front that redirects blob reads to another host ---------------------------------------------------------
 
-class RedirectingFront:
-    """A plain-http front on 127.0.0.1 for a real TLS registry (the registry the toolkit is told to use): every
-    request goes through to the registry as it came, Authorization and all, except a blob GET, answered with a
-    307 to `storage` — another host, as a registry whose storage serves blobs behind signed URLs does.
-    `blob_location(digest)`, when set, is the Location of that 307 instead; `upload_location(location)`, when set,
-    rewrites the Location of the registry's upload answers (a misbehaving registry or proxy)."""
+class RedirectingFront(Host):
+    """A plain-http front on 127.0.0.1 for a real TLS registry (the registry the toolkit is told to use), on the
+    kit's recording host: every request goes through to the registry as it came, Authorization and all
+    (support.host.forward), except a blob GET, answered with a 307 to `storage` — another host, as a registry
+    whose storage serves blobs behind signed URLs does. `blob_location(digest)`, when set, is the Location of
+    that 307 instead; `upload_location(location)`, when set, rewrites the Location of the registry's upload
+    answers (a misbehaving registry or proxy). Started on creation; `authorizations()` says what it was sent."""
 
     def __init__(self, upstream: str, ca: Path, storage: "RecordingStorage") -> None:
-        self.seen_authorization = 0
+        super().__init__("127.0.0.1")
+        self.upstream, self.storage = upstream, storage
         self.blob_location: Callable[[str], str] | None = None
         self.upload_location: Callable[[str], str] | None = None
-        session = requests.Session()
-        session.trust_env = False
-        session.verify = str(ca)
-        front = self
+        self.session = requests.Session()
+        self.session.trust_env = False
+        self.session.verify = str(ca)
+        self.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _any(self) -> None:
-                if self.headers.get("Authorization"):
-                    front.seen_authorization += 1
-                path = urlsplit(self.path).path
-                if self.command == "GET" and "/blobs/sha256:" in path:
-                    digest = path.rsplit("/", 1)[1]
-                    location = (front.blob_location(digest) if front.blob_location
-                                else f"{storage.url}/blobs/{digest}?signature=public")
-                    return self._reply(307, {"Location": location}, b"")
-                length = int(self.headers.get("Content-Length") or 0)
-                headers = {key: value for key, value in self.headers.items()
-                           if key.lower() not in ("host", "content-length", "connection")}
-                answer = session.request(self.command, f"https://{upstream}{self.path}", headers=headers,
-                                         data=self.rfile.read(length) if length else None, timeout=30,
-                                         allow_redirects=False)
-                passed = {key: value for key, value in answer.headers.items()
-                          if key.lower() in ("www-authenticate", "docker-content-digest", "content-type",
-                                             "location", "docker-distribution-api-version")}
-                if "/blobs/uploads/" in path and "Location" in passed and front.upload_location:
-                    passed["Location"] = front.upload_location(passed["Location"])
-                self._reply(answer.status_code, passed, answer.content)
-
-            def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, seen: Seen) -> Answer:
+        path = urlsplit(seen.path).path
+        if seen.method == "GET" and "/blobs/sha256:" in path:
+            digest = path.rsplit("/", 1)[1]
+            location = (self.blob_location(digest) if self.blob_location
+                        else f"{self.storage.url}/blobs/{digest}?signature=public")
+            return 307, {"Location": location}, b""
+        status, headers, body = forward(seen, f"https://{self.upstream}", self.session)
+        if "/blobs/uploads/" in path and "Location" in headers and self.upload_location:
+            headers["Location"] = self.upload_location(headers["Location"])
+        return status, headers, body
 
 
-class RecordingStorage:
-    """Blob storage on 127.0.0.2 (another host): serves any blob of `repository` to anyone, fetching it from the
-    registry with the test's own reader, and records every header it was sent; or, with `challenge_realm`, asks
-    for credentials of its own."""
+class RecordingStorage(Host):
+    """Blob storage on 127.0.0.2 (another host), on the kit's recording host: serves any blob of `repository`
+    to anyone, fetching it from the registry with the test's own reader, and records every request (`seen`);
+    or, with `challenge_realm`, asks for credentials of its own. Started on creation."""
 
     def __init__(self, reader: requests.Session, base: str, repository: str, address: str = "127.0.0.2") -> None:
-        self.headers: list[dict[str, str]] = []
+        super().__init__(address)
+        self.reader, self.base, self.repository = reader, base, repository
         self.challenge_realm: str | None = None  # set: answer 401 with a Bearer challenge naming this realm
-        storage = self
+        self.start()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                storage.headers.append(dict(self.headers.items()))
-                if storage.challenge_realm:
-                    self.send_response(401)
-                    self.send_header("WWW-Authenticate", f'Bearer realm="{storage.challenge_realm}",service="s"')
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if self.command != "GET":  # a request only a misdirected upload would send: recorded, refused
-                    self.send_response(405)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                digest = urlsplit(self.path).path.rsplit("/", 1)[1]
-                blob = reader.get(f"{base}/v2/{repository}/blobs/{digest}", timeout=30)
-                self.send_response(blob.status_code)
-                self.send_header("Content-Length", str(len(blob.content)))
-                self.end_headers()
-                self.wfile.write(blob.content)
-
-            do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
-
-        self.httpd = ThreadingHTTPServer((address, 0), Handler)
-        self.url = f"http://{address}:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, seen: Seen) -> Answer:
+        if self.challenge_realm:
+            return 401, {"WWW-Authenticate": f'Bearer realm="{self.challenge_realm}",service="s"'}, b""
+        if seen.method != "GET":  # a request only a misdirected upload would send: recorded, refused
+            return 405, {}, b""
+        digest = urlsplit(seen.path).path.rsplit("/", 1)[1]
+        blob = self.reader.get(f"{self.base}/v2/{self.repository}/blobs/{digest}", timeout=30)
+        return blob.status_code, {}, blob.content

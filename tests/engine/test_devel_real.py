@@ -37,7 +37,6 @@ from typing import Iterator
 import pytest
 
 import registries_support as support
-from registry_process import free_port
 from reporters import QuietReporter
 from xla_images import names, resources
 from xla_images.errors import Failure
@@ -58,10 +57,7 @@ CPU = {"PJRT_DEVICE": "CPU"}
 
 # --- fixtures ------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.Pki]:
-    with support.session_pki(tmp_path_factory, "the devel image tests") as made:
-        yield made
+pki = support.pki_fixture("the devel image tests")
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +65,10 @@ def registry(pki: support.Pki, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """TLS + htpasswd, its CA in the engine's certs.d; the pushed blobs go with its directory."""
     directory = tmp_path_factory.mktemp("devel-registry")
     htpasswd = support.write_htpasswd(directory / "htpasswd", {USER: PASSWORD})
-    running = support.TlsRegistry(pki.name, free_port(), directory)
-    certs = support.place_engine_certs(running.host, pki)
     try:
-        yield running.start(pki, auth="htpasswd", htpasswd=htpasswd)
+        with support.running_registry(pki, directory, auth="htpasswd", htpasswd=htpasswd) as running:
+            yield running
     finally:
-        running.stop()
-        support.remove_engine_certs(certs)
         shutil.rmtree(directory / "data", ignore_errors=True)
 
 

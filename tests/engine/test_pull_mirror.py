@@ -35,24 +35,20 @@ REPOSITORY = "xla-images"
 BLOB_GET = re.compile(r'"GET /v2/(?P<repository>[^ ]+)/blobs/(?P<digest>sha256:[0-9a-f]{64}) HTTP/[0-9.]+" 200 ')
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.Pki]:
-    with support.session_pki(tmp_path_factory, "the mirror test") as made:
-        yield made
+pki = support.pki_fixture("the mirror test")
 
 
 @pytest.fixture(scope="module")
 def origin(pki: support.Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.TlsRegistry]:
-    """TLS + token auth, with an access log to count what the mirror fetches."""
+    """TLS + token auth, with an access log to count what the mirror fetches; its CA in the engine's certs.d
+    for the push (the pulls never reach the origin)."""
     tokens = support.TokenServer(pki, {USER: PASSWORD}, set()).start()
-    registry = support.TlsRegistry(pki.name, free_port(), tmp_path_factory.mktemp("origin"))
-    certs = support.place_engine_certs(registry.host, pki)  # for the push; the pulls never reach the origin
     try:
-        yield registry.start(pki, auth="token", token=tokens, access_log=True)
+        with support.running_registry(pki, tmp_path_factory.mktemp("origin"), auth="token", token=tokens,
+                                      access_log=True) as registry:
+            yield registry
     finally:
-        registry.stop()
-        tokens.stop()
-        support.remove_engine_certs(certs)
+        tokens.close()
 
 
 class MirrorScript:

@@ -22,7 +22,6 @@ import requests
 
 import registries_support as support
 from publish_support import build_image, make_project
-from registry_process import free_port
 from xla_images import names
 from xla_images.run import engine
 
@@ -37,10 +36,7 @@ SECRETS = (STAGE_PASSWORD, PROD_PASSWORD, KEY_PASSWORD, IDENTITY_TOKEN,
 
 # --- fixtures: one of each registry for the module -----------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.Pki]:
-    with support.session_pki(tmp_path_factory, "the registries tests") as made:
-        yield made
+pki = support.pki_fixture("the registries tests")
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +44,8 @@ def staging(pki: support.Pki, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """TLS + htpasswd."""
     directory = tmp_path_factory.mktemp("staging")
     htpasswd = support.write_htpasswd(directory / "htpasswd", {STAGE_USER: STAGE_PASSWORD})
-    registry = support.TlsRegistry(pki.name, free_port(), directory)
-    certs = support.place_engine_certs(registry.host, pki)
-    try:
-        yield registry.start(pki, auth="htpasswd", htpasswd=htpasswd)
-    finally:
-        registry.stop()
-        support.remove_engine_certs(certs)
+    with support.running_registry(pki, directory, auth="htpasswd", htpasswd=htpasswd) as registry:
+        yield registry
 
 
 @pytest.fixture(scope="module")
@@ -63,20 +54,16 @@ def token_server(pki: support.Pki) -> Iterator[support.TokenServer]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="module")
 def production(pki: support.Pki, token_server: support.TokenServer,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.TlsRegistry]:
     """TLS + token auth (the registry checks the JWTs our token server issues)."""
-    registry = support.TlsRegistry(pki.name, free_port(), tmp_path_factory.mktemp("production"))
-    certs = support.place_engine_certs(registry.host, pki)
-    try:
-        yield registry.start(pki, auth="token", token=token_server)
-    finally:
-        registry.stop()
-        support.remove_engine_certs(certs)
+    with support.running_registry(pki, tmp_path_factory.mktemp("production"), auth="token",
+                                  token=token_server) as registry:
+        yield registry
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +71,9 @@ def mtls(pki: support.Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """TLS that wants a client certificate signed by the CA, + htpasswd."""
     directory = tmp_path_factory.mktemp("mtls")
     htpasswd = support.write_htpasswd(directory / "htpasswd", {STAGE_USER: STAGE_PASSWORD})
-    registry = support.TlsRegistry(pki.name, free_port(), directory)
-    certs = support.place_engine_certs(registry.host, pki, client=True)
-    try:
-        yield registry.start(pki, auth="htpasswd", htpasswd=htpasswd, client_cas=True)
-    finally:
-        registry.stop()
-        support.remove_engine_certs(certs)
+    with support.running_registry(pki, directory, auth="htpasswd", htpasswd=htpasswd,
+                                  client_cas=True) as registry:
+        yield registry
 
 
 @pytest.fixture(scope="module")
@@ -386,19 +369,19 @@ def test_promote_reads_blobs_redirected_to_another_host_without_sending_it_a_cre
         storage.challenge_realm = f"{foreign_realm.url}/token"
         refused = client(*arguments, expect=1)
         assert "[registry-redirect]" in refused.stderr and storage.url.removeprefix("http://") in refused.stderr
-        assert storage.headers and foreign_realm.headers == []
+        assert storage.seen and foreign_realm.seen == []
         storage.challenge_realm = None
         promoted = client(*arguments)
         assert f"{target}@{digest}" in promoted.stdout
-        assert len(storage.headers) >= 3  # the refused read, then the config and the layer
-        assert all("Authorization" not in headers for headers in storage.headers + foreign_realm.headers)
-        assert not any(secret in json.dumps(storage.headers) for secret in SECRETS)
-        assert front.seen_authorization > 0  # the credentials were in play: the registry itself got them
+        assert len(storage.seen) >= 3  # the refused read, then the config and the layer
+        assert storage.authorizations() == [] and foreign_realm.authorizations() == []
+        assert storage.leaks(SECRETS) == []
+        assert front.authorizations()  # the credentials were in play: the registry itself got them
         assert_no_secret(client, project.root)
     finally:
-        front.stop()
-        storage.stop()
-        foreign_realm.stop()
+        front.close()
+        storage.close()
+        foreign_realm.close()
 
 
 def test_a_location_that_could_name_two_hosts_is_refused_and_that_host_gets_nothing(
@@ -431,9 +414,9 @@ def test_a_location_that_could_name_two_hosts_is_refused_and_that_host_gets_noth
         for result in (refused, refused_upload):
             lines = [line for line in result.stderr.splitlines() if "[url-ambiguous]" in line]
             assert len(lines) == 1 and "backslash" in lines[0], result.stderr
-        assert storage.headers == []  # no request at all, so no credential
-        assert front.seen_authorization > 0  # the credentials were in play: the registry itself got them
+        assert storage.seen == []  # no request at all, so no credential
+        assert front.authorizations()  # the credentials were in play: the registry itself got them
         assert_no_secret(client, project.root)
     finally:
-        front.stop()
-        storage.stop()
+        front.close()
+        storage.close()

@@ -16,7 +16,10 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
+
+if TYPE_CHECKING:
+    import requests
 
 Answer = tuple[int, dict[str, str], bytes]  # status, headers, body
 MAX_STALL = 20.0  # seconds: the longest a Stalled answer waits, whatever a test asks
@@ -64,6 +67,23 @@ class _V6Server(ThreadingHTTPServer):
 def fixed(status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> Route:
     """A route that answers every request alike."""
     return lambda seen: (status, dict(headers or {}), body)
+
+
+# The answer headers a front passes back: what registry clients read (the rest is the front's own business).
+PASSED_BACK = ("www-authenticate", "docker-content-digest", "content-type", "location",
+               "docker-distribution-api-version")
+
+
+def forward(seen: Seen, base: str, session: "requests.Session") -> Answer:
+    """`seen` sent on to `base` (scheme://host:port) as it came — method, path, body and every header but the
+    hop's own, Authorization included — and the upstream's answer (status, PASSED_BACK headers, body), for a
+    front that stands before a real server. Redirects are the caller's to follow, as a proxy would leave them."""
+    headers = {key: value for key, value in seen.headers.items() if key not in ("host", "content-length",
+                                                                                 "connection")}
+    answer = session.request(seen.method, f"{base}{seen.path}", headers=headers, data=seen.body or None,
+                             timeout=30, allow_redirects=False)
+    passed = {key: value for key, value in answer.headers.items() if key.lower() in PASSED_BACK}
+    return answer.status_code, passed, answer.content
 
 
 class Host:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import io
 import json
 import re
+import tarfile
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -30,6 +32,17 @@ def digest_of(data: bytes) -> str:
 def gzipped(data: bytes) -> bytes:
     """`data` as a gzip layer blob (mtime 0, so the digest is the same every run)."""
     return gzip.compress(data, mtime=0)
+
+
+def tar_of(members: dict[str, bytes]) -> bytes:
+    """An uncompressed tar holding `members` (name -> bytes), in order: a layer, or a `docker save` archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def zstd_compressed(data: bytes) -> bytes:

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import pytest
 
+from fs_shapes import Checkout, make_checkout
 from support.host import self_signed
 from support.index import FakeIndex
 
@@ -28,3 +29,9 @@ def index_server(index_server_started: str) -> str:
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a self-signed cert.pem/key.pem for 127.0.0.1 (support.host.self_signed)."""
     return self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
+    """A checkout (fs_shapes.make_checkout) made once a module; tests change copies of it (copy_checkout)."""
+    return make_checkout(tmp_path_factory.mktemp("pristine"))

@@ -74,6 +74,29 @@ def _clear(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
 
+def copy_checkout(pristine: Checkout, into: Path, *, outside: bool = True) -> Checkout:
+    """A copy of `pristine` in `into` (links kept as links) for a test to change; with outside=False the copy
+    shares pristine's `outside` folder (a test that plants no link out)."""
+    shutil.copytree(pristine.root, into / "repo", symlinks=True)
+    if not outside:
+        return Checkout(into / "repo", pristine.outside)
+    shutil.copytree(pristine.outside, into / "outside", symlinks=True)
+    return Checkout(into / "repo", into / "outside")
+
+
+def plant_no_file(path: Path, kind: str) -> None:
+    """At `path`, something a reader of a file cannot read as one: a "fifo", a "directory" or a "dangling"
+    link (what the published.json tests plant where the commands look for it)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "gone.json")
+    else:
+        raise ValueError(f"no such shape: {kind}")
+
+
 def _regular(text: bytes) -> Callable[[Path, Checkout], None]:
     def make(path: Path, checkout: Checkout) -> None:
         path.write_bytes(text)

@@ -8,6 +8,7 @@ from xla_images import yamlsrc
 from xla_images.model.matrix import expand
 from xla_images.model.site import load_site
 from xla_images.model.target import bind
+from support.matrices import RELEASE_2_9_0
 
 NIGHTLY = """\
 schema: 1
@@ -16,12 +17,7 @@ defaults:
   accelerators: [tpu, cpu]
   latest_python: "3.11"
 releases:
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
+""" + RELEASE_2_9_0 + """\
   "2.10.0":
     channel: nightly
     torch: "2.10.0"

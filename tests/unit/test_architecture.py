@@ -197,3 +197,52 @@ def test_no_product_function_is_over_60_lines() -> None:
                 if lines > 60:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
     assert not long, long
+
+
+# The product modules that may read the environment (issue 45: at most 8). Everything else gets its settings as
+# arguments, from xla_images/settings.py's read_* functions called at the CLI's edge or by the module that needs
+# them. Beside settings: what only the docker/TLS world defines, read by the code that follows those
+# conventions, and names.LOCAL_REPOSITORY (read at import; run.building.build tags images with it).
+ENVIRONMENT_READERS = {
+    "xla_images/settings.py",
+    "xla_images/names.py",
+    "xla_images/run/engine/connection.py",
+    "xla_images/run/registry/credentials.py",
+    "xla_images/run/registry/tls.py",
+}
+# Run inside images without the package (or as the image's own test module): they read their own environment.
+IN_IMAGE = ("xla_images/abi/", "xla_images/imagecheck/", "xla_images/runhome.py", "xla_images/layers.py",
+            "xla_images/wheel_install.py", "xla_images/run/checking/image_checks/test_image.py")
+
+
+def _reads_environment(tree: ast.AST) -> bool:
+    """os.environ / os.environb / os.getenv used at all, or imported by name from os."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", "getenv", "getenvb") \
+                and isinstance(node.value, ast.Name) and node.value.id == "os":
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                {alias.name for alias in node.names} & {"environ", "environb", "getenv", "getenvb"}:
+            return True
+    return False
+
+
+def test_only_the_allowed_modules_read_the_environment() -> None:
+    """A new environment read deep in a module is a setting nobody declared: declare it in settings.py and pass
+    it on (docs/architecture.md, "A setting"). The list is exact, so a module that stops reading leaves it too."""
+    readers = {str(path.relative_to(ROOT)) for path in sorted((ROOT / "xla_images").rglob("*.py"))
+               if not str(path.relative_to(ROOT)).startswith(IN_IMAGE)
+               and _reads_environment(ast.parse(path.read_text(encoding="utf-8")))}
+    assert readers == ENVIRONMENT_READERS
+    assert len(ENVIRONMENT_READERS) <= 8
+    assert all((ROOT / place).exists() for place in IN_IMAGE), "an in-image exemption names nothing"
+
+
+@pytest.mark.parametrize("source, reads", [("import os\nos.environ.get('X')\n", True),
+                                           ("import os\nenv = {**os.environ}\n", True),
+                                           ("import os\nos.getenv('X')\n", True),
+                                           ("from os import environ\n", True),
+                                           ("import os\nos.path.join('a', 'b')\n", False),
+                                           ("def f(environ):\n    return environ.get('X')\n", False)])
+def test_an_environment_read_is_recognised(source: str, reads: bool) -> None:
+    assert _reads_environment(ast.parse(source)) is reads

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import tarfile
 import threading
@@ -12,40 +11,26 @@ from typing import Iterator
 import pytest
 import zstandard
 
+from support.registry import tar_of
 from xla_images.errors import Failure
 from xla_images.run.checking import checks
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB-proxy-ca\n-----END CERTIFICATE-----\n"
 
 
-def layer(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+layer = tar_of  # a layer is a tar of its files
 
 
 def saved_image(layers: list[bytes], oci: bool = False) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        def add(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-        config = json.dumps({"config": {}}).encode()
-        names = []
-        for data in layers:
-            digest = hashlib.sha256(data).hexdigest()
-            name = f"blobs/sha256/{digest}" if oci else f"{digest}/layer.tar"
-            add(name, data)
-            names.append(name)
-        add("blobs/sha256/" + hashlib.sha256(config).hexdigest() if oci else "config.json", config)
-        add("manifest.json", json.dumps([{"Layers": names}]).encode())
-    return buffer.getvalue()
+    config = json.dumps({"config": {}}).encode()
+    members = {}
+    for data in layers:
+        digest = hashlib.sha256(data).hexdigest()
+        members[f"blobs/sha256/{digest}" if oci else f"{digest}/layer.tar"] = data
+    names = list(members)
+    members["blobs/sha256/" + hashlib.sha256(config).hexdigest() if oci else "config.json"] = config
+    members["manifest.json"] = json.dumps([{"Layers": names}]).encode()
+    return tar_of(members)
 
 
 def chunks(data: bytes, size: int = 1000) -> list[bytes]:

@@ -19,12 +19,11 @@ Deterministic: a fixed table, no randomness (benchmarks/bench_hostile.py --rando
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fs_shapes import PLACES, SHAPES, Checkout, leftovers, make_checkout, plant, snapshot, unplant
+from fs_shapes import PLACES, SHAPES, Checkout, copy_checkout, leftovers, plant, snapshot, unplant
 from hostile_inputs import Outcome, assert_answered, run_cli
 
 # Exit-1 answers: drift found, or (ci bake) a flavour whose lock the shape took away.
@@ -43,17 +42,10 @@ REFUSED_ON_RENDER = {"link-inside", "link-outside-file", "link-outside-folder", 
                      "link-dangling", "dev-zero"}
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
-    return make_checkout(tmp_path_factory.mktemp("pristine"))
-
-
 @pytest.fixture
-def checkout(pristine: Checkout, tmp_path: Path) -> Iterator[Checkout]:
-    import shutil
-    shutil.copytree(pristine.root, tmp_path / "repo", symlinks=True)
-    shutil.copytree(pristine.outside, tmp_path / "outside", symlinks=True)
-    yield Checkout(tmp_path / "repo", tmp_path / "outside")
+def checkout(pristine: Checkout, tmp_path: Path) -> Checkout:
+    """A fresh copy of the module's pristine checkout (tests/unit/conftest.py)."""
+    return copy_checkout(pristine, tmp_path)
 
 
 def run(checkout: Checkout, *args: str) -> Outcome:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fs_shapes import plant_no_file
 from hostile_inputs import (BOMB, FIXTURE_LOCK, MATRICES_AS_WRITTEN, MATRIX, MATRIX_CASES, ROOT, SITE_CASES,
                             assert_answered, line_of, run_cli, run_limited)
 from xla_images import yamlsrc
@@ -359,12 +360,7 @@ def test_a_default_published_json_that_is_no_file_is_an_error_not_a_fallback_to_
     (tmp_path / "matrix.yaml").write_bytes((ROOT / "matrix.yaml").read_bytes())
     (tmp_path / "matrix.wheels.json").write_bytes((ROOT / "matrix.wheels.json").read_bytes())
     target = tmp_path / "published.json"
-    if kind == "fifo":
-        os.mkfifo(target)
-    elif kind == "directory":
-        target.mkdir()
-    else:
-        target.symlink_to(tmp_path / "gone.json")
+    plant_no_file(target, kind)
     outcome = run_cli("resolve", "--matrix", str(tmp_path / "matrix.yaml"))
     assert outcome.code == 2, outcome.err
     assert rule in outcome.rules and "published.json" in outcome.err

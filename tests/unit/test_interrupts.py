@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fs_shapes import Checkout, leftovers, make_checkout, snapshot
+from fs_shapes import Checkout, copy_checkout, leftovers, snapshot
 from hostile_inputs import ROOT, run_cli
 from xla_images import diskio
 
@@ -28,16 +28,11 @@ STOPPED = ("interrupted", "aborted")  # the CLI's words for Ctrl-C (click says a
 pytestmark = pytest.mark.usefixtures("ctrl_c_raises")  # tests/conftest.py: SIGINT raises, however started
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
-    return make_checkout(tmp_path_factory.mktemp("pristine"))
-
-
 @pytest.fixture
 def stale_checkout(pristine: Checkout, tmp_path: Path) -> Iterator[Checkout]:
-    """A checkout whose every Dockerfile render must rewrite."""
-    shutil.copytree(pristine.root, tmp_path / "repo", symlinks=True)
-    checkout = Checkout(tmp_path / "repo", pristine.outside)
+    """A checkout (a copy of the module's pristine one, tests/unit/conftest.py) whose every Dockerfile render
+    must rewrite."""
+    checkout = copy_checkout(pristine, tmp_path, outside=False)
     for dockerfile in (checkout.root / "Dockerfiles").glob("*/Dockerfile"):
         dockerfile.write_text(dockerfile.read_text() + STALE)
     yield checkout
@@ -84,8 +79,7 @@ def test_render_interrupted_at_any_write_leaves_whole_files_and_renders_clean_ag
 
 def test_an_interrupted_orphan_removal_leaves_no_half_tree(pristine: Checkout, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    shutil.copytree(pristine.root, tmp_path / "repo", symlinks=True)
-    root = tmp_path / "repo"
+    root = copy_checkout(pristine, tmp_path, outside=False).root
     orphan = root / "Dockerfiles" / "r0.0.1_3.11_cpu"
     shutil.copytree(root / "Dockerfiles" / "r2.9.0_3.11_cpu", orphan)
     (orphan / "requirements.lock").unlink()  # a lock carries no generated mark: the orphan must hold only ours

@@ -15,6 +15,7 @@ from xla_images.run.shipping import prune
 from xla_images.run.shipping.publish import record_published
 from xla_images.model.published import Published, read_published
 
+from fs_shapes import plant_no_file
 from lifecycle_data import digest
 
 
@@ -135,12 +136,7 @@ def test_local_registry_detection(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["fifo", "directory", "dangling"])
 def test_a_published_json_that_is_no_file_is_an_error_not_nothing_protected(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "published.json"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    else:
-        path.symlink_to(tmp_path / "gone.json")
+    plant_no_file(path, kind)
     with pytest.raises(ConfigError) as caught:
         prune.protected_digests(path, [])
     assert str(path) in caught.value.render()

@@ -160,19 +160,27 @@ FROZEN = _yaml(FIXTURE_MATRIX.read_text(encoding="utf-8"))
 MUTATIONS = [(path, value) for path in _paths(FROZEN) for value in REPLACEMENTS]
 
 
+def _disagreements(base: Any, mutations: list, rules_of: Callable[[str, Path], list[str]], schema: dict,
+                   validator_only: set[str], tmp_path: Path) -> list[str]:
+    """Each mutation of `base` where the schema and the validator (`rules_of`) disagree: a schema refusal the
+    validator accepts, or a validator refusal the schema accepts that is not one of `validator_only`."""
+    disagreements = []
+    for path, value in mutations:
+        data = _replaced(base, path, value)
+        rules = rules_of(yaml.dump(data, Dumper=DUMPER, sort_keys=False), tmp_path)
+        refused_by_schema = bool(_schema_errors(schema, data))
+        if refused_by_schema and not rules:
+            disagreements.append(f"{path} = {value!r}: the schema refuses, the validator accepts")
+        elif rules and not refused_by_schema and not set(rules) <= validator_only:
+            disagreements.append(f"{path} = {value!r}: the validator refuses ({rules}), the schema accepts")
+    return disagreements
+
+
 def test_whatever_the_schema_refuses_in_any_key_the_validator_refuses(tmp_path: Path) -> None:
     """Each key of the frozen matrix replaced by each kind of value: a schema refusal is never a validator
     acceptance (the schema would mark a working matrix red); a validator refusal the schema passes is one of
     the listed rules."""
-    disagreements = []
-    for path, value in MUTATIONS:
-        data = _replaced(FROZEN, path, value)
-        rules = _matrix_rules(yaml.dump(data, Dumper=DUMPER, sort_keys=False), tmp_path)
-        refused_by_schema = bool(_schema_errors(MATRIX_SCHEMA, data))
-        if refused_by_schema and not rules:
-            disagreements.append(f"{path} = {value!r}: the schema refuses, the validator accepts")
-        elif rules and not refused_by_schema and not set(rules) <= MATRIX_ONLY_RULES:
-            disagreements.append(f"{path} = {value!r}: the validator refuses ({rules}), the schema accepts")
+    disagreements = _disagreements(FROZEN, MUTATIONS, _matrix_rules, MATRIX_SCHEMA, MATRIX_ONLY_RULES, tmp_path)
     assert len(MUTATIONS) > 500
     assert not disagreements, "\n".join(disagreements[:20])
 
@@ -183,15 +191,7 @@ SITE_MUTATIONS = [(path, value) for path in _paths(SITE_BASE) for value in REPLA
 
 
 def test_whatever_the_site_schema_refuses_in_any_setting_the_validator_refuses(tmp_path: Path) -> None:
-    disagreements = []
-    for path, value in SITE_MUTATIONS:
-        data = _replaced(SITE_BASE, path, value)
-        rules = _site_rules(yaml.dump(data, Dumper=DUMPER, sort_keys=False), tmp_path)
-        refused_by_schema = bool(_schema_errors(SITE_SCHEMA, data))
-        if refused_by_schema and not rules:
-            disagreements.append(f"{path} = {value!r}: the schema refuses, the validator accepts")
-        elif rules and not refused_by_schema and not set(rules) <= SITE_ONLY_RULES:
-            disagreements.append(f"{path} = {value!r}: the validator refuses ({rules}), the schema accepts")
+    disagreements = _disagreements(SITE_BASE, SITE_MUTATIONS, _site_rules, SITE_SCHEMA, SITE_ONLY_RULES, tmp_path)
     assert len(SITE_MUTATIONS) > 200
     assert not disagreements, "\n".join(disagreements[:30])
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from xla_images import settings
 from xla_images.errors import ConfigError
 from xla_images.model.registry import Registry
 from xla_images.model.site import load_site
@@ -39,10 +40,21 @@ def test_keys_must_exist_and_be_of_the_right_kind(keys: tuple[Path, Path], tmp_p
 
 
 def test_signing_without_cosign_password_is_a_usage_error(keys, monkeypatch) -> None:
-    monkeypatch.delenv(sign.PASSWORD_ENV, raising=False)
+    """The password is the key's, given at the CLI's edge: even one in this process's environment is not read
+    here (sign reads no environment)."""
+    monkeypatch.setenv(sign.PASSWORD_ENV, "in-the-environment")
     with pytest.raises(ConfigError) as caught:
         sign.sign(REF, sign.Key(str(keys[0]), True), None)
     assert caught.value.rule == "sign-password" and caught.value.exit_code == 2
+
+
+def test_the_key_s_password_reaches_cosign_s_environment_and_is_never_shown(keys) -> None:
+    key = sign.Key.parse(str(keys[0]), private=True, where="--key", password="key-pw")
+    assert "key-pw" not in repr(key)
+    with sign._cosign_env(Registry.parse("127.0.0.1:5040/xla-images"), None, key.password) as env:
+        assert env[sign.PASSWORD_ENV] == "key-pw"
+    assert settings.read_cosign_password({sign.PASSWORD_ENV: ""}) == ""  # a key made without a password
+    assert settings.read_cosign_password({}) is None
 
 
 def test_only_digest_references_are_signed_or_verified(keys) -> None:
@@ -78,8 +90,7 @@ def test_registry_credentials_reach_cosign_in_a_private_config_never_on_argv(mon
     assert not config.exists()
     assert sign._registry_flags(registry) == ["--allow-http-registry=true"]
     assert sign._registry_flags(Registry.parse("registry.example.com/x")) == []
-    monkeypatch.setenv(sign.PASSWORD_ENV, "key-pw")
-    assert sign._scrub("bad s3cret-pw and key-pw", credentials) == "bad *** and ***"
+    assert sign._scrub("bad s3cret-pw and key-pw", credentials, "key-pw") == "bad *** and ***"
 
 
 def test_site_public_key_is_relative_to_the_site_file(tmp_path: Path) -> None:

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import json
 import socket
 import ssl
+import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
-from support.host import Host, Stalled, Truncated, fixed, server_context
+import requests
+
+from support.host import Host, Stalled, Truncated, fixed, forward, server_context
 from support.index import FakeIndex, html_page, json_page, wheel
-from support.registry import FakeRegistry, digest_of, gzipped, zstd_compressed
+from support.registry import FakeRegistry, digest_of, gzipped, tar_of, zstd_compressed
 
 TIMEOUT = 10.0
 Reply = tuple[int, dict[str, str], bytes]
@@ -95,6 +99,26 @@ def test_a_stall_outlasts_a_client_timeout_and_ends_when_the_host_closes() -> No
     assert time.monotonic() - started < 5
 
 
+def test_a_front_forwards_a_request_as_it_came_and_passes_back_what_clients_read() -> None:
+    """forward: method, path, body and Authorization reach the upstream; its redirect is passed back, not
+    followed; only the headers registry clients read come back."""
+    answer = (307, {"Location": "http://127.0.0.3:1/elsewhere", "Docker-Content-Digest": "sha256:ab",
+                    "X-Upstream-Only": "private"}, b"moved")
+    session = requests.Session()
+    session.trust_env = False
+    with Host("127.0.0.2", route=lambda seen: answer) as upstream, \
+            Host(route=lambda seen: forward(seen, upstream.url, session)) as front:
+        status, headers, body = ask(front, "PUT", "/v2/r/blobs/uploads/1?digest=sha256:ab",
+                                    {"Authorization": "Basic c2VjcmV0", "Content-Type": "x/y"}, b"layer")
+    assert (status, body, headers["location"], headers["docker-content-digest"]) == \
+        (307, b"moved", "http://127.0.0.3:1/elsewhere", "sha256:ab")
+    assert "x-upstream-only" not in headers
+    assert [(seen.method, seen.path, seen.body, seen.authorization, seen.headers["content-type"])
+            for seen in upstream.seen] == [("PUT", "/v2/r/blobs/uploads/1?digest=sha256:ab", b"layer",
+                                            "Basic c2VjcmV0", "x/y")]
+    assert front.authorizations() == upstream.authorizations()
+
+
 # --- the registry ----------------------------------------------------------------------------------------------
 
 def test_a_pushed_blob_and_manifest_are_served_by_tag_and_digest_then_deleted() -> None:
@@ -115,6 +139,14 @@ def test_a_pushed_blob_and_manifest_are_served_by_tag_and_digest_then_deleted() 
         assert json.loads(ask(registry, "GET", "/v2/_catalog")[2]) == {"repositories": ["team/app"]}
         assert ask(registry, "DELETE", f"/v2/team/app/manifests/{digest_of(manifest)}")[0] == 202
         assert ask(registry, "HEAD", "/v2/team/app/manifests/v1")[0] == 404
+
+
+def test_a_tar_holds_its_members_in_order_and_is_the_same_every_time() -> None:
+    members = {"b/file": b"second", "a": b"", "blobs/sha256/x": b"\x00" * 600}
+    data = tar_of(members)
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        read = {info.name: archive.extractfile(info).read() for info in archive.getmembers()}
+    assert list(read) == list(members) and read == members and tar_of(members) == data
 
 
 def test_an_upload_whose_bytes_do_not_match_its_digest_is_refused() -> None:

@@ -19,6 +19,7 @@ from xla_images.model import matrix, wheel_index
 from xla_images.model.flavour import Accelerator
 from xla_images.model.site import load_site
 from xla_images.run.packages.upstream import metadata_pins
+from support.matrices import RELEASE_2_9_0
 
 MATRIX = """\
 schema: 1
@@ -37,12 +38,7 @@ releases:
     torchvision: "0.22.0"
     torchaudio: "2.7.0"
   # the newest one
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
+""" + RELEASE_2_9_0 + """\
     torchvision: "0.24.0"
     torchaudio: "2.9.0"
 

@@ -20,6 +20,7 @@ from xla_images.model import lockfile
 from xla_images.model.site import WheelSource, load_site
 from xla_images.run.building import context
 from xla_images.run.packages import lock as wheels, wheelhouse as hostwheels
+from support.matrices import RELEASE_2_9_0
 
 MATRIX = """\
 schema: 1
@@ -28,13 +29,7 @@ defaults:
   accelerators: [tpu, cpu]
   latest_python: "3.11"
 releases:
-  "2.9.0":
-    torch: "2.9.0"
-    pytorch_git_rev: v2.9.1
-    xla_git_rev: v2.9.0
-    python_support: ">=3.10,<3.14"
-    libtpu: "0.0.21"
-"""
+""" + RELEASE_2_9_0
 ONE_PYTHON = MATRIX.replace('pythons: ["3.11", "3.12"]', 'pythons: ["3.11"]')
 
 # name, version, Requires-Dist. The markers make the closure differ between the host (3.11) and python 3.12.

@@ -7,13 +7,13 @@ import hashlib
 import io
 import json
 import subprocess
-import tarfile
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
 
+from support.registry import tar_of
 from xla_images.errors import Failure
 from xla_images.model.compression import OCI_MANIFEST, Compression
 from xla_images.model.registry import Registry
@@ -102,12 +102,7 @@ def layer_tar(seed: int, size: int = 300_000) -> bytes:
     """A layer's tar with content zstd can compress (repeated text) and some that it cannot (varying bytes)."""
     noise = b"".join(hashlib.sha256(f"{seed}-{index}".encode()).digest() for index in range(2000))  # 64 KB
     payload = (f"layer {seed} ".encode() * (size // 16)) + noise
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        info = tarfile.TarInfo(f"file-{seed}")
-        info.size = len(payload)
-        archive.addfile(info, io.BytesIO(payload))
-    return buffer.getvalue()
+    return tar_of({f"file-{seed}": payload})
 
 
 class FakeImage:
@@ -135,13 +130,7 @@ class FakeImage:
                 members = {f"blobs/sha256/{sha(layer)[7:]}": layer for layer in self.layers}
                 members[f"blobs/sha256/{sha(self.config)[7:]}"] = self.config
             members["manifest.json"] = b"[]"
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            for name, data in members.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
-        data = buffer.getvalue()
+        data = tar_of(members)
         for start in range(0, len(data), 70_000):  # chunk edges that fall inside tar headers and members
             yield data[start:start + 70_000]
 

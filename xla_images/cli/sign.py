@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from .. import settings
 from ..errors import ConfigError, Failure
 from ..generate.plan import Plan
 from ..names import PUBLISHED_NAME, REPORTS
@@ -60,7 +61,7 @@ def sign(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], key
       COSIGN_PASSWORD=... build.py sign r2.9.0_3.11_cpu --key cosign.key
       build.py resolve --python 3.11 --accelerator cpu --verify --key cosign.pub
     """
-    key = signing.Key.parse(key_text, private=True, where="--key")
+    key = signing.Key.parse(key_text, private=True, where="--key", password=settings.read_cosign_password())
     entries = _entries(plan, names, filters, published_path)
     named = registries.named_hosts(plan.site.registry)  # the environment's credentials go to no other host
     root = reports_dir or plan.root / REPORTS

@@ -10,7 +10,8 @@ Signatures and attestations live in the registry beside the image, as cosign sto
 attestation of type cyclonedx (`cosign attest --type cyclonedx`), so whoever verifies it also knows who
 vouches for it and which digest it describes.
 
-Secrets: the key's password comes from COSIGN_PASSWORD (cosign reads it itself); registry credentials from
+Secrets: the key's password is Key.password (COSIGN_PASSWORD, read at the CLI's edge), put in cosign's
+environment where cosign reads it; registry credentials from
 the environment reach cosign through a private, temporary docker config, never its command line. Only key
 *paths* are ever passed or printed; cosign's messages are scrubbed of the password before being shown.
 """
@@ -23,7 +24,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -35,7 +36,7 @@ from .. import engine, registry as registries
 from ...model.published import Published
 from ..registry import Credentials, load_credentials, redact, redacting
 
-PASSWORD_ENV = "COSIGN_PASSWORD"
+PASSWORD_ENV = settings.COSIGN_PASSWORD.env[0]  # read by settings.read_cosign_password, at the CLI
 INSTALL_HINT = "install cosign with `ci/engine.sh install` (cosign 2.5 from Debian 13)"
 SBOM_PREDICATE_TYPE = "https://cyclonedx.org/bom"
 TIMEOUT = 300
@@ -52,15 +53,18 @@ _VERIFY_REASONS = (
 
 @dataclass(frozen=True)
 class Key:
-    """A key path or a KMS-style URI (`env://`, `awskms://`...); its content is never read into output."""
+    """A key path or a KMS-style URI (`env://`, `awskms://`...); its content is never read into output.
+    `password` is a private key file's password (COSIGN_PASSWORD, read at the CLI's edge by
+    settings.read_cosign_password): handed to cosign in its environment, scrubbed from what it says, never shown."""
 
     text: str
     private: bool
+    password: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, text: str, *, private: bool, where: str) -> Key:
+    def parse(cls, text: str, *, private: bool, where: str, password: str | None = None) -> Key:
         if "://" in text:
-            return cls(text, private)  # cosign resolves KMS and env:// keys itself
+            return cls(text, private, password)  # cosign resolves KMS and env:// keys itself
         path = Path(text)
         if not os.path.lexists(path):
             raise ConfigError(f"{'signing' if private else 'public'} key {path} does not exist",
@@ -74,7 +78,7 @@ class Key:
             wanted = "a private key (cosign.key)" if private else "a public key (cosign.pub)"
             raise ConfigError(f"{path} is not {wanted}", location=Location(where), rule="sign-key",
                               hint="sign with the .key file, verify with the .pub file")
-        return cls(str(path.resolve()), private)
+        return cls(str(path.resolve()), private, password)
 
 
 # --- running cosign -----------------------------------------------------------------------------------------
@@ -99,9 +103,11 @@ def _registry_flags(registry: Registry) -> list[str]:
 
 
 @contextlib.contextmanager
-def _cosign_env(registry: Registry, credentials: Credentials | None) -> Iterator[dict[str, str]]:
-    """cosign's environment; credentials from our environment go into a private docker config for the run."""
-    env = settings.child_environment()
+def _cosign_env(registry: Registry, credentials: Credentials | None,
+                password: str | None = None) -> Iterator[dict[str, str]]:
+    """cosign's environment, with the key's `password` where cosign reads it; credentials from our environment go
+    into a private docker config for the run."""
+    env = settings.child_environment({} if password is None else {PASSWORD_ENV: password})
     if credentials is None or not credentials.from_environment:
         yield env  # anonymous, or cosign reads the same docker config we found them in
         return
@@ -116,9 +122,9 @@ def _cosign_env(registry: Registry, credentials: Credentials | None) -> Iterator
 
 
 def _run(arguments: list[str], registry: Registry, credentials: Credentials | None,
-         ) -> subprocess.CompletedProcess[str]:
+         password: str | None = None) -> subprocess.CompletedProcess[str]:
     command = [cosign_binary(), *arguments]
-    with _cosign_env(registry, credentials) as env:
+    with _cosign_env(registry, credentials, password) as env:
         try:
             return subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=TIMEOUT)
@@ -127,9 +133,8 @@ def _run(arguments: list[str], registry: Registry, credentials: Credentials | No
                           hint=f"is the registry {registry.host} up?") from None
 
 
-def _scrub(text: str, credentials: Credentials | None) -> str:
+def _scrub(text: str, credentials: Credentials | None, password: str | None = None) -> str:
     text = redact(text, credentials)
-    password = os.environ.get(PASSWORD_ENV)
     if password:
         text = text.replace(password, "***")
     lines = [line for line in text.splitlines()
@@ -138,7 +143,7 @@ def _scrub(text: str, credentials: Credentials | None) -> str:
 
 
 def _need_password(key: Key) -> None:
-    if PASSWORD_ENV not in os.environ and "://" not in key.text:
+    if key.password is None and "://" not in key.text:
         raise ConfigError(f"{PASSWORD_ENV} is not set", location=Location(key.text), rule="sign-password",
                           hint=f"export {PASSWORD_ENV} with the key's password (empty for a key made without "
                                "one); it is read by cosign and never printed")
@@ -159,9 +164,9 @@ def sign(ref: str, key: Key, credentials: Credentials | None) -> None:
     registry, _ = _digest_ref(ref)
     _need_password(key)
     result = _run(["sign", "--key", key.text, "--tlog-upload=false", "--yes", *_registry_flags(registry), ref],
-                  registry, credentials)
+                  registry, credentials, key.password)
     if result.returncode != 0:
-        raise Failure(f"signing {ref} failed: {_scrub(result.stderr, credentials)}", rule="sign",
+        raise Failure(f"signing {ref} failed: {_scrub(result.stderr, credentials, key.password)}", rule="sign",
                       hint=_sign_hint(result.stderr))
 
 
@@ -171,9 +176,9 @@ def attest_sbom(ref: str, key: Key, sbom_path: Path, credentials: Credentials | 
     _need_password(key)
     result = _run(["attest", "--key", key.text, "--type", "cyclonedx", "--predicate", str(sbom_path),
                    "--replace=true", "--tlog-upload=false", "--yes", *_registry_flags(registry), ref],
-                  registry, credentials)
+                  registry, credentials, key.password)
     if result.returncode != 0:
-        raise Failure(f"attaching the SBOM to {ref} failed: {_scrub(result.stderr, credentials)}",
+        raise Failure(f"attaching the SBOM to {ref} failed: {_scrub(result.stderr, credentials, key.password)}",
                       rule="sbom-attest", hint=_sign_hint(result.stderr))
 
 
