@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ... import diskio, userfiles
+from ... import diskio, settings, userfiles
 from ...errors import ConfigError
 from ...model.published import read_published
 from ...model.target import Target
@@ -104,7 +104,7 @@ def run_split(flavours: list[Target], specs: tuple[str, ...], command: ChildComm
         if share:
             where = reports / "engines" / f"{index}"
             children.append(_Child(spec, f"engine {index} ({spec.text})", share, where, where / "published.json"))
-    base = dict(os.environ if environment is None else environment)
+    base = dict(settings.child_environment() if environment is None else environment)
     for child in children:
         say(f"ship: {child.label}: {len(child.share)} image(s): {' '.join(f.tag for f in child.share)}")
     _run_children(children, command, base, say)
