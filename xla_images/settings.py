@@ -209,8 +209,3 @@ def doc_lines() -> list[str]:
         lines.append(f"- `{setting.env[0]}` ({setting.type}; default {setting.default}): {setting.doc}")
     return lines + ["", DOC_END]
 
-
-def child_environment() -> dict[str, str]:
-    """This process's environment, whole, for a child process the toolkit starts with changes of its own (`ship
-    --engine` names each child's engine in it, as docker's tools read it: DOCKER_CONTEXT or DOCKER_HOST)."""
-    return dict(os.environ)
