@@ -172,6 +172,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("container-path-exists", "a path does not exist in the container", IMAGE, "check the path the check reads"),
     Rule("container-timeout", "a container did not finish in time (it was removed)", IMAGE, "raise the timeout, or look at the command it ran"),
     Rule("doctor", "required tools are missing from this machine", INSTALL, "run the fix command `doctor` shows for each"),
+    Rule("engine-context", "the docker context in use (DOCKER_CONTEXT, config.json) does not exist or is unreadable", INSTALL, "`docker context ls`; unset DOCKER_CONTEXT for the default engine"),
     Rule("engine-create", "the engine could not create a container", IMAGE, "read the engine's reason; `build.py doctor`"),
     Rule("engine-host", "DOCKER_HOST is not an engine address", INSTALL, "unset DOCKER_HOST, or unix:///var/run/docker.sock"),
     Rule("engine-import", "the engine did not keep an imported image", COMMANDS, "check the engine's disk and logs, then run again"),
