@@ -104,6 +104,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("ca-bundle-exists", "the CA bundle named does not exist", SITE, "point ca_bundle at a PEM file, or `none`"),
     Rule("nightly-wheel-source", "no wheel source serves the nightly builds (PyPI has none)", NIGHTLY, "add a wheel_sources entry with match {channel: nightly}"),
     Rule("site-bases", "`bases` is not a mapping of python version to image reference", SITE, 'bases: {"3.11": xla-images/base:3.11}'),
+    Rule("site-build-cache", "build_cache is not HOST[:PORT]/REPOSITORY", SITE, "build_cache: 127.0.0.1:5000/xla-images-cache"),
     Rule("site-ca-bundle", "ca_bundle is not a path, `auto` or `none`", SITE, "ca_bundle: /etc/ssl/certs/ca-certificates.crt"),
     Rule("site-compression", "compression is not {format: gzip|zstd, level: N}", COMPRESSION, "compression: {format: zstd, level: 3}"),
     Rule("site-cosign-public-key", "cosign_public_key is not a path or key URI", SIGNING, "cosign_public_key: cosign.pub"),

@@ -107,6 +107,8 @@ class Site:
     compression: Compression = Compression()
     # The zone's pull-through cache `pull` and `resolve` go through (model.registry.Mirror's text), or None.
     pull_mirror: str | None = None
+    # The registry repository BuildKit exports and imports build cache through (settings.py), or None.
+    build_cache: str | None = None
 
     def wheel_source_for(self, torch_xla: str, abi: Abi,
                          channel: Channel = Channel.RELEASE) -> WheelSourceRule | None:
@@ -264,6 +266,7 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         cosign_public_key_setting=values["cosign_public_key"] or None,
         compression=values["compression"],
         pull_mirror=values["pull_mirror"],
+        build_cache=values["build_cache"],
     )
 
 
@@ -312,6 +315,20 @@ def _pull_mirror(value: Any, where_of: Where, errors: list[XlaImagesError]) -> s
         errors.append(ConfigError(f"pull_mirror must be HOST[:PORT] or HOST[:PORT]/PREFIX ({problem})",
                                   location=where, rule="site-pull-mirror",
                                   hint=f"for example {MIRROR_EXAMPLE}; empty or null for none"))
+        return None
+    return value.strip()
+
+
+def _build_cache(value: Any, where_of: Where, errors: list[XlaImagesError]) -> str | None:
+    """null or empty: no registry cache; else a repository in the grammar of `registry`."""
+    if value is None or value == "":
+        return None
+    problem = registry_problem(value) if isinstance(value, str) and _PLAIN.fullmatch(value) else SHAPE
+    if problem is not None:
+        detail = "" if problem == SHAPE else f" ({problem})"
+        errors.append(ConfigError(f"build_cache must be HOST[:PORT]/REPOSITORY{detail}",
+                                  location=where_of("build_cache"), rule="site-build-cache",
+                                  hint=f"for example {EXAMPLE}-cache; empty or null for none"))
         return None
     return value.strip()
 
@@ -460,6 +477,7 @@ def _as_list(value: Any) -> list[str]:
 # One validator per declared site setting (settings.SITE_SETTINGS): value, where, errors -> the value to keep.
 VALIDATORS: dict[str, Callable[[Any, Where, list[XlaImagesError]], Any]] = {
     "registry": _registry, "ca_bundle": _ca_bundle, "bases": _bases, "wheel_sources": _wheel_sources,
-    "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror}
+    "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror,
+    "build_cache": _build_cache}
 if set(VALIDATORS) != settings.SITE_KEYS:  # a setting declared without a validator (or the reverse): said at once
     raise ValueError(f"site validators and settings disagree on {sorted(set(VALIDATORS) ^ settings.SITE_KEYS)}")

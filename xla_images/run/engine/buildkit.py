@@ -12,6 +12,13 @@ Into the containerd image store, a build exports its layers already compressed t
 (`--output type=image,compression=...`): the engine then pushes the stored blobs, with no compression pass.
 There the image's id is its manifest digest, which buildx writes to --metadata-file (its --iidfile holds the
 config digest, which that store does not know as an image).
+
+A registry cache (`RegistryCache`: `--cache-to type=registry,...,mode=max` and `--cache-from`) carries a build's
+layers, every stage's, to the next engine that builds the flavour or a relative of it. buildx 0.13.1's `docker`
+driver on dockerd 26 exports and imports it when the engine keeps images in the containerd store (measured:
+docs/engines.md); the classic store's docker driver refuses cache export, so there the cache needs a
+docker-container builder. The engine and the buildx subprocesses reach the same engine: buildx reads DOCKER_HOST,
+DOCKER_TLS_VERIFY, DOCKER_CERT_PATH and DOCKER_CONTEXT from the environment it inherits (settings.child_environment).
 """
 from __future__ import annotations
 
@@ -39,6 +46,32 @@ BUILDER_ENV = settings.BUILDER.env[0]  # buildkit | classic | auto (default): de
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[(?P<step>[^\]]+)\] (?P<what>.*)$")
 _BUILDKIT_ERROR = re.compile(r"^(ERROR|error): (?P<message>.*)$")
 _NAMED_DANGLING = re.compile(r"naming to moby-dangling@(sha256:[0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class RegistryCache:
+    """BuildKit's registry cache for one build: exported (mode=max: every stage's layers) to `to`, imported from
+    each of `sources` (its own ref first, then its relatives': what one of them built is reused)."""
+
+    to: str
+    sources: tuple[str, ...]
+
+    def arguments(self, export: Compression | None) -> list[str]:
+        # With the image's own compression, a cache layer is the very blob the image pushes: stored once.
+        compression = [] if export is None else [f"compression={export.format}", "force-compression=true"] + (
+            [f"compression-level={export.level}"] if export.level is not None else [])
+        arguments: list[str] = []
+        for ref in self.sources:
+            arguments += ["--cache-from", f"type=registry,ref={ref}"]
+        to = ",".join(["type=registry", f"ref={self.to}", "mode=max", "oci-mediatypes=true", *compression])
+        return arguments + ["--cache-to", to]
+
+
+def registry_cache(repository: str, tag: str, relatives: list[str] = ()) -> RegistryCache:
+    """The cache refs of flavour `tag` in `repository` (the site's build_cache): one tag per flavour, its own
+    imported first, then its relatives' (flavours whose layers it may share)."""
+    own = f"{repository}:{tag}"
+    return RegistryCache(own, (own, *(f"{repository}:{other}" for other in sorted(set(relatives)) if other != tag)))
 
 
 @dataclass(frozen=True)
@@ -102,7 +135,7 @@ class BuildKitBuild:
 
     def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None,
                  target: str | None = None, secrets: dict[str, Path] | None = None, no_cache: bool = False,
-                 export: Compression | None = None) -> None:
+                 export: Compression | None = None, cache: RegistryCache | None = None) -> None:
         self.context = Path(context)
         self.buildargs = dict(buildargs)
         self.labels = dict(labels or {})
@@ -110,6 +143,7 @@ class BuildKitBuild:
         self.secrets = dict(secrets or {})
         self.no_cache = no_cache
         self.export = export
+        self.cache = cache
         self.trace = builds.BuildTrace()
         self._aborted = threading.Event()
         self._process = None
@@ -128,6 +162,8 @@ class BuildKitBuild:
             command += ["--target", self.target]
         if self.no_cache:
             command.append("--no-cache")
+        if self.cache is not None:
+            command += self.cache.arguments(self.export)
         return command + [str(self.context)]
 
     def output(self) -> list[str]:
