@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -331,6 +331,25 @@ def _build_cache(value: Any, where_of: Where, errors: list[XlaImagesError]) -> s
                                   hint=f"for example {EXAMPLE}-cache; empty or null for none"))
         return None
     return value.strip()
+
+
+def build_cache_refs(repository: str, tag: str, relatives: Iterable[str] = ()) -> tuple[str, ...]:
+    """The registry cache refs of flavour `tag` in `repository` (the site's build_cache), one tag per flavour: its
+    own first (where its build exports), then its relatives' (flavours whose layers it may share, imported too).
+    `build` and the bake override file name the same refs."""
+    own = f"{repository}:{tag}"
+    return (own, *(f"{repository}:{other}" for other in sorted(set(relatives)) if other != tag))
+
+
+def build_cache_to(ref: str, compression: Compression | None) -> str:
+    """BuildKit's `--cache-to` for `ref`: every stage's layers (mode=max), in the image's own compression when it
+    has one, so that a cache layer is the very blob the image pushes (the registry stores it once)."""
+    options = ["type=registry", f"ref={ref}", "mode=max", "oci-mediatypes=true"]
+    if compression is not None:
+        options += [f"compression={compression.format}", "force-compression=true"]
+        if compression.level is not None:
+            options.append(f"compression-level={compression.level}")
+    return ",".join(options)
 
 
 def _bases(value: Any, where, errors: list[XlaImagesError]) -> dict[str, str]:

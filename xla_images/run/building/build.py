@@ -340,8 +340,8 @@ class _Run:
     def _registry_cache(self, flavour: Target) -> engine.buildkit.RegistryCache | None:
         repository = self.options.build_cache or self.plan.site.build_cache
         return None if not repository else engine.buildkit.registry_cache(repository, flavour.tag, [
-            other.tag for other in self.plan.flavours if (other.torch_xla, other.python) == (flavour.torch_xla,
-                                                                                               flavour.python)])
+            other.tag for other in self.plan.every_image
+            if (other.torch_xla, other.python) == (flavour.torch_xla, flavour.python)])
 
     def _build_base_stage(self, flavour: Target, base: str, dockerfile: Path, say) -> None:
         """Build the `base` stage once per python and base before any flavour of it goes on.

@@ -39,6 +39,7 @@ from ... import settings
 from ...errors import Failure
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.published import is_digest
+from ...model.site import build_cache_refs, build_cache_to
 from . import builds, connection
 
 
@@ -57,21 +58,16 @@ class RegistryCache:
     sources: tuple[str, ...]
 
     def arguments(self, export: Compression | None) -> list[str]:
-        # With the image's own compression, a cache layer is the very blob the image pushes: stored once.
-        compression = [] if export is None else [f"compression={export.format}", "force-compression=true"] + (
-            [f"compression-level={export.level}"] if export.level is not None else [])
         arguments: list[str] = []
         for ref in self.sources:
             arguments += ["--cache-from", f"type=registry,ref={ref}"]
-        to = ",".join(["type=registry", f"ref={self.to}", "mode=max", "oci-mediatypes=true", *compression])
-        return arguments + ["--cache-to", to]
+        return arguments + ["--cache-to", build_cache_to(self.to, export)]
 
 
 def registry_cache(repository: str, tag: str, relatives: list[str] = ()) -> RegistryCache:
-    """The cache refs of flavour `tag` in `repository` (the site's build_cache): one tag per flavour, its own
-    imported first, then its relatives' (flavours whose layers it may share)."""
-    own = f"{repository}:{tag}"
-    return RegistryCache(own, (own, *(f"{repository}:{other}" for other in sorted(set(relatives)) if other != tag)))
+    """The cache of flavour `tag` in `repository` (the site's build_cache): model.site.build_cache_refs."""
+    refs = build_cache_refs(repository, tag, relatives)
+    return RegistryCache(refs[0], refs)
 
 
 @dataclass(frozen=True)

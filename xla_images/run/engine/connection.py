@@ -66,8 +66,9 @@ def client() -> docker.DockerClient:
         raise _bad_host(endpoint, error) from None
     except docker.errors.TLSParameterError as error:  # DOCKER_CERT_PATH without its files
         raise ConfigError(f"the engine's TLS files cannot be used: {error}", location="DOCKER_CERT_PATH",
-                          rule="engine-host", hint="DOCKER_CERT_PATH names a folder with ca.pem, cert.pem and "
-                                                   "key.pem; unset DOCKER_TLS_VERIFY for an engine without TLS") from None
+                          rule="engine-host",
+                          hint="DOCKER_CERT_PATH names a folder with ca.pem, cert.pem and key.pem; unset "
+                               "DOCKER_TLS_VERIFY for an engine without TLS") from None
     except (docker.errors.DockerException, OSError) as error:
         raise Failure(f"no Docker engine answers{where}: {error_text(error)}", rule="engine-reachable",
                       hint=hint) from None
