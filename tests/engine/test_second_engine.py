@@ -10,10 +10,12 @@ running and then stopped at the end; one someone else started is left running.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -26,6 +28,7 @@ from xla_images import names
 from xla_images.run import engine
 
 SCRIPT = REPO / "ci" / "second-engine.sh"
+SECRET_FILES = ("pip/pip.conf", "pip/ca.crt")  # where the wheels stage mounts its secrets (the Dockerfile)
 ENGINE_VARIABLES = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 CONTEXT = "xla-images-second"
 CACHE_REPOSITORY = "xla-images-test-cache"
@@ -112,6 +115,15 @@ def cached_steps(log: str) -> list[str]:
     return cached
 
 
+def tar_members(data: bytes) -> list[tarfile.TarInfo]:
+    """The entries of a layer tar (nothing for the cache's JSON config)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            return archive.getmembers()
+    except tarfile.ReadError:
+        return []
+
+
 def second_image_id(ref: str) -> str | None:
     result = second_docker("image", "inspect", "--format", "{{.Id}}", ref, timeout=60)
     return result.stdout.strip() if result.returncode == 0 else None
@@ -160,8 +172,13 @@ def test_one_flavour_on_two_engines_same_digest_and_the_second_reuses_the_first_
             assert independent is not None and first is not None
             assert independent == first, "two engines built the same flavour into different images"
             assert registry.digest(CACHE_REPOSITORY, tag) is not None, "no registry cache was exported"
+            listed = []
             for text in cache_blob_texts(registry, tag):
+                listed += [member.name for member in tar_members(text)]
                 assert project.ca_marker.encode() not in text, "the CA bundle (a secret) is in the exported cache"
+                for member in tar_members(text):  # the secret mounts' files, by name: at most an empty stub
+                    assert not (member.name.endswith(SECRET_FILES) and member.size > 0), member.name
+            assert any(name.endswith("install_wheels.py") for name in listed), listed[:50]  # the layers were read
             # 3. The second engine by its context, its own image and build cache gone: layers from the registry.
             assert second_docker("rmi", "--force", ref).returncode == 0
             pruned = second_docker("builder", "prune", "--all", "--force", timeout=120)
