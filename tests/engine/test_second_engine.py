@@ -5,8 +5,9 @@ named by a docker context (DOCKER_CONTEXT) or by DOCKER_HOST / DOCKER_TLS_VERIFY
 A tiny flavour (make_project's local wheels) is built on each engine independently and the image digests are equal;
 then, with the second engine's build cache emptied, it is built there again with the registry cache the first
 engine exported (`build_cache`), and BuildKit takes the wheels stage's steps from it (CACHED) with the same
-digest. No secret (the CA bundle's marker) is in the exported cache. The second engine is started if it is not
-running and then stopped at the end; one someone else started is left running.
+digest, which the second engine then pushes to the shared registry. No secret (the CA bundle's marker, a file
+of the secret mounts) is in the exported cache. The second engine is started if it is not running and then
+stopped at the end (its build cache emptied first); one someone else started is left running.
 """
 from __future__ import annotations
 
@@ -91,14 +92,14 @@ def copy_image(ref: str) -> None:
     assert loaded.returncode == 0, loaded.stderr
 
 
-def build(project, tag: str, engine_env: dict[str, str],  # type: ignore[no-untyped-def]
-          *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """`build.py build TAG` as CI runs it, a child process whose environment names the engine (nothing else
-    differs between the engines)."""
+def cli(project, engine_env: dict[str, str],  # type: ignore[no-untyped-def]
+        *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`build.py ARGS` as CI runs it, a child process whose environment names the engine (nothing else differs
+    between the engines), and how long it took."""
     env = {**_without_engine_variables(), "CI": "true", "PYTHONPATH": str(REPO), **engine_env}
     began = time.monotonic()
-    result = subprocess.run(project.cli_command("build", tag, *extra), cwd=project.root, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(project.cli_command(*args), cwd=project.root, env=env, capture_output=True, text=True,
+                            timeout=300)
     seconds = time.monotonic() - began
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, seconds
@@ -164,11 +165,11 @@ def test_one_flavour_on_two_engines_same_digest_and_the_second_reuses_the_first_
         with running(tmp_path / "registry") as registry:
             cache = f"--set=build_cache={registry.host}/{CACHE_REPOSITORY}"
             # 1. The second engine by DOCKER_HOST + TLS, no registry cache: an independent build.
-            result, figures["second_engine_build_seconds"] = build(project, tag, tls_environment(),
-                                                                   "--set=build_cache=")
+            result, figures["second_engine_build_seconds"] = cli(project, tls_environment(), "build", tag,
+                                                                 "--set=build_cache=")
             independent = second_image_id(ref)
             # 2. The first engine (no engine variable: the local socket), exporting the registry cache.
-            result, figures["first_engine_build_seconds"] = build(project, tag, {}, cache)
+            result, figures["first_engine_build_seconds"] = cli(project, {}, "build", tag, cache)
             first = project.image_id("8.75.0")
             assert independent is not None and first is not None
             assert independent == first, "two engines built the same flavour into different images"
@@ -184,8 +185,8 @@ def test_one_flavour_on_two_engines_same_digest_and_the_second_reuses_the_first_
             assert second_docker("rmi", "--force", ref).returncode == 0
             pruned = second_docker("builder", "prune", "--all", "--force", timeout=120)
             assert pruned.returncode == 0, pruned.stderr
-            result, figures["second_engine_cached_build_seconds"] = build(project, tag,
-                                                                          {"DOCKER_CONTEXT": CONTEXT}, cache)
+            result, figures["second_engine_cached_build_seconds"] = cli(project, {"DOCKER_CONTEXT": CONTEXT},
+                                                                        "build", tag, cache)
             log = (project.root / "reports" / tag / "build.log").read_text(encoding="utf-8")  # buildx's own lines
             reused = cached_steps(log)
             figures["cached_steps"] = sorted(step.split("]")[0] + "]" for step in reused)
@@ -194,6 +195,10 @@ def test_one_flavour_on_two_engines_same_digest_and_the_second_reuses_the_first_
                        for step in reused), log[-4000:]
             assert second_image_id(ref) == first
             figures["digests_equal"] = True
+            # 4. The second engine pushes its image to the shared registry: the digest the first engine built.
+            _, figures["second_engine_push_seconds"] = cli(project, {"DOCKER_CONTEXT": CONTEXT}, "push", tag,
+                                                           "--registry", f"{registry.host}/xla-images-test")
+            assert registry.digest("xla-images-test", tag) == first
     finally:
         for name in (ref, test_base):
             second_docker("rmi", "--force", name, timeout=60)
