@@ -79,6 +79,13 @@ SITE_SETTINGS: tuple[Setting, ...] = (
             "a zone's pull-through cache that every `pull` and `resolve` of the site goes through; `--mirror` "
             "overrides it, `--set pull_mirror=` turns it off (see [mirror.md](mirror.md)).",
             rules=("site-pull-mirror",), set_key="pull_mirror", set_text=True),
+    Setting("build_cache", "`HOST[:PORT]/REPO`", "none",
+            "a registry repository for BuildKit's build cache (`--cache-to type=registry,mode=max` and "
+            "`--cache-from`, one tag per flavour): each engine that builds a flavour imports what any engine "
+            "exported for it and for its release's other flavours of the same python, instead of building those "
+            "layers again (see [engines.md](engines.md)). Secrets (pip settings, the CA bundle) are mounts, never "
+            "in it. BuildKit builds only; `--set build_cache=` turns it off.",
+            rules=("site-build-cache",), set_key="build_cache", set_text=True),
 )
 
 BUILDER = Setting("builder", "`buildkit`, `classic` or `auto`", "`auto`",

@@ -60,3 +60,31 @@ def test_an_image_the_containerd_store_named_is_traced_before_the_metadata_file(
     with pytest.raises(Failure, match="exited with 130"):
         build.run(lambda line: None)
     assert build.trace.images == [DIGEST[7:19]]
+
+
+def _options(command: list[str], flag: str) -> list[str]:
+    return [command[index + 1] for index, word in enumerate(command) if word == flag]
+
+
+def test_a_registry_cache_imports_its_own_ref_then_its_relatives_and_exports_every_stage(tmp_path: Path) -> None:
+    cache = buildkit.registry_cache("reg.lan:5000/cache", "r2.9.0_3.11_cpu",
+                                    ["r2.9.0_3.11_tpuvm", "r2.9.0_3.11_cpu", "r2.9.0_3.11_cpu_devel"])
+    command = buildkit.BuildKitBuild(tmp_path, {}, export=Compression("zstd", 3),
+                                     cache=cache).command(tmp_path / "iid", tmp_path / "meta")
+    assert _options(command, "--cache-from") == [
+        "type=registry,ref=reg.lan:5000/cache:r2.9.0_3.11_cpu",
+        "type=registry,ref=reg.lan:5000/cache:r2.9.0_3.11_cpu_devel",
+        "type=registry,ref=reg.lan:5000/cache:r2.9.0_3.11_tpuvm"]
+    # The image's own compression: a cache layer is then the very blob the image pushes.
+    assert _options(command, "--cache-to") == [
+        "type=registry,ref=reg.lan:5000/cache:r2.9.0_3.11_cpu,mode=max,oci-mediatypes=true,compression=zstd,"
+        "force-compression=true,compression-level=3"]
+    assert command[-1] == str(tmp_path)  # the context stays last
+
+
+def test_no_registry_cache_no_cache_options(tmp_path: Path) -> None:
+    command = buildkit.BuildKitBuild(tmp_path, {}).command(tmp_path / "iid", tmp_path / "meta")
+    assert not {"--cache-from", "--cache-to"} & set(command)
+    loaded = buildkit.BuildKitBuild(tmp_path, {}, cache=buildkit.registry_cache("r.lan/c", "t")).command(
+        tmp_path / "iid", tmp_path / "meta")
+    assert _options(loaded, "--cache-to") == ["type=registry,ref=r.lan/c:t,mode=max,oci-mediatypes=true"]

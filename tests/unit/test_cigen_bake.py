@@ -294,6 +294,24 @@ def test_contexts_are_what_build_gives_the_engine(plan: Plan, tmp_path: Path) ->
     assert target["tags"][0] == f"{plan.site.registry}:{flavour.tag}"
 
 
+def test_the_override_carries_the_sites_registry_cache_as_build_names_it(plan: Plan, tmp_path: Path) -> None:
+    flavour = locked_flavour(plan)
+    cached = dataclasses.replace(plan, site=dataclasses.replace(plan.site, build_cache="reg.lan:5000/cache"))
+    override = json.loads(cigen.bake_override(cached, [flavour], tmp_path, {flavour.tag: "b"}))
+    target = override["target"][cigen.bake_target_name(flavour)]
+    relatives = sorted(other.tag for other in plan.every_image
+                       if (other.torch_xla, other.python) == (flavour.torch_xla, flavour.python))
+    assert flavour.tag in relatives and len(relatives) > 1  # its devel image at least
+    assert target["cache-from"][0] == f"type=registry,ref=reg.lan:5000/cache:{flavour.tag}"
+    assert sorted(target["cache-from"]) == sorted(f"type=registry,ref=reg.lan:5000/cache:{tag}" for tag in relatives)
+    level = plan.site.compression.level
+    assert target["cache-to"] == [f"type=registry,ref=reg.lan:5000/cache:{flavour.tag},mode=max,oci-mediatypes=true,"
+                                  f"compression={plan.site.compression.format},force-compression=true"
+                                  + (f",compression-level={level}" if level is not None else "")]
+    plain = json.loads(cigen.bake_override(plan, [flavour], tmp_path, {flavour.tag: "b"}))
+    assert not {"cache-from", "cache-to"} & set(plain["target"][cigen.bake_target_name(flavour)])
+
+
 def test_contexts_are_replaced_whole_and_foreign_dirs_refused(plan: Plan, tmp_path: Path) -> None:
     flavour = locked_flavour(plan)
     contexts = tmp_path / "bake"

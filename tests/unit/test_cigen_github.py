@@ -114,7 +114,7 @@ def test_zizmor_flags_what_we_avoid(written: Path) -> None:
     text = path.read_text()
     text = text.replace(cigen._action_refs()["checkout"], "actions/checkout@v4", 1)
     text = text.replace("        with:\n          persist-credentials: false\n", "", 1)
-    text = text.replace('run: ./build.py build "$TAG" "${TAG}_devel"',
+    text = text.replace('run: ./build.py build --set "build_cache=$XLA_IMAGES_BUILD_CACHE" "$TAG" "${TAG}_devel"',
                         "run: ./build.py build ${{ github.event.head_commit.message }}")
     path.write_text(text)
     idents = {finding["ident"] for finding in zizmor(path)}
@@ -208,7 +208,10 @@ def test_build_workflow_shape(files: dict[Path, str]) -> None:
     commands = [entry.get("run", "") for entry in image["steps"]]
     assert 'python -m pip install -e .' in commands  # the image checks need no test extra
     # Each job builds, tests and pushes the flavour and its devel image (which shares the runtime's layers).
-    assert './build.py build "$TAG" "${TAG}_devel"' in commands
+    # The site's registry build cache from a repository variable (empty: none), written through the same login.
+    assert './build.py build --set "build_cache=$XLA_IMAGES_BUILD_CACHE" "$TAG" "${TAG}_devel"' in commands
+    assert step(workflow, "image", name="Build")["env"] == {
+        "XLA_IMAGES_BUILD_CACHE": "${{ vars.XLA_IMAGES_BUILD_CACHE }}"}
     assert './build.py test "$TAG" "${TAG}_devel"' in commands
     push = step(workflow, "image", name="Push")
     assert push["run"] == ('./build.py push --registry "$XLA_IMAGES_REGISTRY" --published published.json "$TAG" '
@@ -217,6 +220,10 @@ def test_build_workflow_shape(files: dict[Path, str]) -> None:
     assert push["env"] == {"XLA_IMAGES_REGISTRY": "${{ vars.XLA_IMAGES_REGISTRY }}"}
     names = [entry.get("name") for entry in image["steps"]]
     assert names.index("Log in to the registry") < names.index("Push") < names.index("Log out of the registry")
+    # The registry cache is exported during the build: the login, and the containerd store the docker driver
+    # needs for a cache export, come first.
+    assert names.index("Use the containerd image store") < names.index("Log in to the registry") < names.index(
+        "Build")
     login = step(workflow, "image", name="Log in to the registry")
     assert login["env"]["REGISTRY_PASSWORD"] == "${{ secrets.XLA_IMAGES_REGISTRY_PASSWORD }}"
     assert "--password-stdin" in login["run"] and "REGISTRY_PASSWORD" not in login["run"].split("|")[1]

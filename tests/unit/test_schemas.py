@@ -34,7 +34,7 @@ MATRIX_ONLY_RULES = {"abi-default", "latest-python", "exclude-matches", "unique-
                      "companion-version", "companion-abi"}
 # Cases a JSON Schema cannot tell apart, by case id: JSON has one number type, so `schema: 1.0` is the integer 1.
 SCHEMA_BLIND_CASES = {"schema-float"}
-SITE_ONLY_RULES = {"site-registry", "site-pull-mirror", "site-wheel-sources",  # grammars and unique names
+SITE_ONLY_RULES = {"site-registry", "site-pull-mirror", "site-build-cache", "site-wheel-sources",  # grammars, names
                    "site-number"}  # how YAML spells a number (0x3, 0b11, 3:00): JSON, and so the schema, sees only 3
 
 
@@ -186,7 +186,7 @@ def test_whatever_the_schema_refuses_in_any_key_the_validator_refuses(tmp_path: 
 
 
 SITE_BASE = {**_yaml(resources.site_defaults().read_text(encoding="utf-8")), "bases": {"3.11": "python:3.11"},
-             "pull_mirror": "mirror.lan:5000", "cosign_public_key": "cosign.pub"}
+             "pull_mirror": "mirror.lan:5000", "cosign_public_key": "cosign.pub", "build_cache": "reg.lan:5000/cache"}
 SITE_MUTATIONS = [(path, value) for path in _paths(SITE_BASE) for value in REPLACEMENTS]
 
 

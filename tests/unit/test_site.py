@@ -92,6 +92,25 @@ def test_a_bad_pull_mirror_names_its_line(tmp_path: Path, line: str) -> None:
     assert f"{site_file}:2" in caught.value.render()
 
 
+def test_build_cache_is_off_by_default_and_set_by_file_or_option(tmp_path: Path) -> None:
+    assert load_site(None).build_cache is None
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("build_cache: reg.lan:5000/xla-images-cache\n", encoding="utf-8")
+    assert load_site(site_file).build_cache == "reg.lan:5000/xla-images-cache"
+    assert load_site(site_file, ("build_cache=",)).build_cache is None
+
+
+@pytest.mark.parametrize("line", ["build_cache: https://reg:5000/c", "build_cache: [a.b:1/c]", "build_cache: 5000",
+                                  "build_cache: \"reg.lan:1/x y\""])
+def test_a_bad_build_cache_names_its_line(tmp_path: Path, line: str) -> None:
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(f"registry: 127.0.0.1:5000/x\n{line}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_site(site_file)
+    assert caught.value.rule == "site-build-cache" and caught.value.exit_code == 2
+    assert f"{site_file}:2" in caught.value.render()
+
+
 def test_a_bad_pull_mirror_override_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         load_site(None, ("pull_mirror=mirror.lan:5000/",))

@@ -21,7 +21,7 @@ import jinja2
 
 from .. import names, resources
 from ..errors import ConfigError, Failure
-from ..model.site import load_site
+from ..model.site import build_cache_refs, build_cache_to, load_site
 from ..model.target import Target
 from ..names import GENERATED_MARK
 from .plan import Plan
@@ -140,11 +140,24 @@ def bake_override(plan: Plan, flavours: list[Target], contexts: Path, base_image
                          "SOURCE_DATE_EPOCH": str(names.SOURCE_DATE_EPOCH)},
                 "secret": [f"id={name},src={_bake_literal(path.as_posix())}"
                            for name, path in sorted(secrets.get(flavour.tag, {}).items())],
+                **_bake_cache(plan, flavour),
             }
             for flavour in flavours
         },
     }
     return json.dumps(override, indent=2) + "\n"
+
+
+def _bake_cache(plan: Plan, flavour: Target) -> dict[str, list[str]]:
+    """The site's registry build cache (build_cache) for one target, with the refs and options `build` uses: bake
+    and `build` on any engine then share what each exported. Nothing when the site has none."""
+    if not plan.site.build_cache:
+        return {}
+    refs = build_cache_refs(plan.site.build_cache, flavour.tag, [
+        other.tag for other in plan.every_image if (other.torch_xla, other.python) == (flavour.torch_xla,
+                                                                                        flavour.python)])
+    return {"cache-from": [_bake_literal(f"type=registry,ref={ref}") for ref in refs],
+            "cache-to": [_bake_literal(build_cache_to(refs[0], plan.site.compression))]}
 
 
 def _bake_target(flavour: Target) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -107,6 +107,8 @@ class Site:
     compression: Compression = Compression()
     # The zone's pull-through cache `pull` and `resolve` go through (model.registry.Mirror's text), or None.
     pull_mirror: str | None = None
+    # The registry repository BuildKit exports and imports build cache through (settings.py), or None.
+    build_cache: str | None = None
 
     def wheel_source_for(self, torch_xla: str, abi: Abi,
                          channel: Channel = Channel.RELEASE) -> WheelSourceRule | None:
@@ -264,6 +266,7 @@ def _build_site(data: dict[str, Any], origin: dict[str, yamlsrc.YamlDoc], root: 
         cosign_public_key_setting=values["cosign_public_key"] or None,
         compression=values["compression"],
         pull_mirror=values["pull_mirror"],
+        build_cache=values["build_cache"],
     )
 
 
@@ -314,6 +317,39 @@ def _pull_mirror(value: Any, where_of: Where, errors: list[XlaImagesError]) -> s
                                   hint=f"for example {MIRROR_EXAMPLE}; empty or null for none"))
         return None
     return value.strip()
+
+
+def _build_cache(value: Any, where_of: Where, errors: list[XlaImagesError]) -> str | None:
+    """null or empty: no registry cache; else a repository in the grammar of `registry`."""
+    if value is None or value == "":
+        return None
+    problem = registry_problem(value) if isinstance(value, str) and _PLAIN.fullmatch(value) else SHAPE
+    if problem is not None:
+        detail = "" if problem == SHAPE else f" ({problem})"
+        errors.append(ConfigError(f"build_cache must be HOST[:PORT]/REPOSITORY{detail}",
+                                  location=where_of("build_cache"), rule="site-build-cache",
+                                  hint=f"for example {EXAMPLE}-cache; empty or null for none"))
+        return None
+    return value.strip()
+
+
+def build_cache_refs(repository: str, tag: str, relatives: Iterable[str] = ()) -> tuple[str, ...]:
+    """The registry cache refs of flavour `tag` in `repository` (the site's build_cache), one tag per flavour: its
+    own first (where its build exports), then its relatives' (flavours whose layers it may share, imported too).
+    `build` and the bake override file name the same refs."""
+    own = f"{repository}:{tag}"
+    return (own, *(f"{repository}:{other}" for other in sorted(set(relatives)) if other != tag))
+
+
+def build_cache_to(ref: str, compression: Compression | None) -> str:
+    """BuildKit's `--cache-to` for `ref`: every stage's layers (mode=max), in the image's own compression when it
+    has one, so that a cache layer is the very blob the image pushes (the registry stores it once)."""
+    options = ["type=registry", f"ref={ref}", "mode=max", "oci-mediatypes=true"]
+    if compression is not None:
+        options += [f"compression={compression.format}", "force-compression=true"]
+        if compression.level is not None:
+            options.append(f"compression-level={compression.level}")
+    return ",".join(options)
 
 
 def _bases(value: Any, where, errors: list[XlaImagesError]) -> dict[str, str]:
@@ -460,6 +496,7 @@ def _as_list(value: Any) -> list[str]:
 # One validator per declared site setting (settings.SITE_SETTINGS): value, where, errors -> the value to keep.
 VALIDATORS: dict[str, Callable[[Any, Where, list[XlaImagesError]], Any]] = {
     "registry": _registry, "ca_bundle": _ca_bundle, "bases": _bases, "wheel_sources": _wheel_sources,
-    "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror}
+    "cosign_public_key": _cosign_public_key, "compression": _compression, "pull_mirror": _pull_mirror,
+    "build_cache": _build_cache}
 if set(VALIDATORS) != settings.SITE_KEYS:  # a setting declared without a validator (or the reverse): said at once
     raise ValueError(f"site validators and settings disagree on {sorted(set(VALIDATORS) ^ settings.SITE_KEYS)}")

@@ -102,6 +102,8 @@ class BuildOptions:
     # The builder setting (`auto`, `buildkit` or `classic`; xla_images/settings.py): the CLI passes what
     # $XLA_IMAGES_BUILDER says; a caller that gives none gets the same reading.
     builder: str = field(default_factory=settings.read_builder)
+    # BuildKit's registry cache repository (engine.buildkit.RegistryCache); None: the site's build_cache.
+    build_cache: str | None = None
 
 
 class Reporter(Protocol):
@@ -310,7 +312,8 @@ class _Run:
                     + (f", {self.export.describe()} layers into the containerd image store" if self.export else ""))
                 build = engine.buildkit.BuildKitBuild(context, args, target=flavour.variant.stage,
                                                       secrets=context_secrets(context),
-                                                      no_cache=self.options.no_cache, export=self.export)
+                                                      no_cache=self.options.no_cache, export=self.export,
+                                                      cache=self._registry_cache(flavour))
             elif flavour.is_devel:
                 raise Failure(f"{flavour.tag} needs BuildKit: its devel stage mounts the pip settings as a secret, "
                               "which the classic builder would copy into a layer", rule="devel-buildkit",
@@ -333,6 +336,12 @@ class _Run:
         say(f"image {image_id}")
         say(f"tagged {', '.join(local_ref(name) for name in flavour.tags)} -> {image_id[7:19]}")
         return image_id
+
+    def _registry_cache(self, flavour: Target) -> engine.buildkit.RegistryCache | None:
+        repository = self.options.build_cache or self.plan.site.build_cache
+        return None if not repository else engine.buildkit.registry_cache(repository, flavour.tag, [
+            other.tag for other in self.plan.every_image
+            if (other.torch_xla, other.python) == (flavour.torch_xla, flavour.python)])
 
     def _build_base_stage(self, flavour: Target, base: str, dockerfile: Path, say) -> None:
         """Build the `base` stage once per python and base before any flavour of it goes on.

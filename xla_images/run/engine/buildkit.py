@@ -12,6 +12,13 @@ Into the containerd image store, a build exports its layers already compressed t
 (`--output type=image,compression=...`): the engine then pushes the stored blobs, with no compression pass.
 There the image's id is its manifest digest, which buildx writes to --metadata-file (its --iidfile holds the
 config digest, which that store does not know as an image).
+
+A registry cache (`RegistryCache`: `--cache-to type=registry,...,mode=max` and `--cache-from`) carries a build's
+layers, every stage's, to the next engine that builds the flavour or a relative of it. buildx 0.13.1's `docker`
+driver on dockerd 26 exports and imports it when the engine keeps images in the containerd store (measured:
+docs/engines.md); the classic store's docker driver refuses cache export, so there the cache needs a
+docker-container builder. The engine and the buildx subprocesses reach the same engine: buildx reads DOCKER_HOST,
+DOCKER_TLS_VERIFY, DOCKER_CERT_PATH and DOCKER_CONTEXT from the environment it inherits (settings.child_environment).
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from ... import settings
 from ...errors import Failure
 from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.published import is_digest
+from ...model.site import build_cache_refs, build_cache_to
 from . import builds, connection
 
 
@@ -39,6 +47,27 @@ BUILDER_ENV = settings.BUILDER.env[0]  # buildkit | classic | auto (default): de
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[(?P<step>[^\]]+)\] (?P<what>.*)$")
 _BUILDKIT_ERROR = re.compile(r"^(ERROR|error): (?P<message>.*)$")
 _NAMED_DANGLING = re.compile(r"naming to moby-dangling@(sha256:[0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class RegistryCache:
+    """BuildKit's registry cache for one build: exported (mode=max: every stage's layers) to `to`, imported from
+    each of `sources` (its own ref first, then its relatives': what one of them built is reused)."""
+
+    to: str
+    sources: tuple[str, ...]
+
+    def arguments(self, export: Compression | None) -> list[str]:
+        arguments: list[str] = []
+        for ref in self.sources:
+            arguments += ["--cache-from", f"type=registry,ref={ref}"]
+        return arguments + ["--cache-to", build_cache_to(self.to, export)]
+
+
+def registry_cache(repository: str, tag: str, relatives: list[str] = ()) -> RegistryCache:
+    """The cache of flavour `tag` in `repository` (the site's build_cache): model.site.build_cache_refs."""
+    refs = build_cache_refs(repository, tag, relatives)
+    return RegistryCache(refs[0], refs)
 
 
 @dataclass(frozen=True)
@@ -102,7 +131,7 @@ class BuildKitBuild:
 
     def __init__(self, context: Path, buildargs: dict[str, str], labels: dict[str, str] | None = None,
                  target: str | None = None, secrets: dict[str, Path] | None = None, no_cache: bool = False,
-                 export: Compression | None = None) -> None:
+                 export: Compression | None = None, cache: RegistryCache | None = None) -> None:
         self.context = Path(context)
         self.buildargs = dict(buildargs)
         self.labels = dict(labels or {})
@@ -110,6 +139,7 @@ class BuildKitBuild:
         self.secrets = dict(secrets or {})
         self.no_cache = no_cache
         self.export = export
+        self.cache = cache
         self.trace = builds.BuildTrace()
         self._aborted = threading.Event()
         self._process = None
@@ -128,6 +158,8 @@ class BuildKitBuild:
             command += ["--target", self.target]
         if self.no_cache:
             command.append("--no-cache")
+        if self.cache is not None:
+            command += self.cache.arguments(self.export)
         return command + [str(self.context)]
 
     def output(self) -> list[str]:
