@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,39 @@ def resolves(clone: Path, published: dict) -> tuple[int, list[str]]:
     return good, bad
 
 
+STEP = re.compile(r"^#(\d+) \[(.*?)\] (.*)$")
+DONE = re.compile(r"^#(\d+) DONE ([0-9.]+)s$")
+EXPORTED = re.compile(r"^#\d+ exporting layers ([0-9.]+)s done$")
+BUILT = re.compile(r"^built in ([0-9.]+) s$")
+
+
+def build_floor(log: Path) -> tuple[float, float] | None:
+    """(build seconds, floor seconds) from a runtime image's build.log: the floor is what cannot go faster here,
+    the wheels stage's download + install (one pip step) plus the layers' compression (`exporting layers`)."""
+    if not log.is_file():
+        return None
+    steps, install, export, total = {}, 0.0, 0.0, 0.0
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if found := STEP.match(line):
+            steps[found.group(1)] = found.group(3)
+        elif (found := DONE.match(line)) and "install_wheels.py" in steps.get(found.group(1), ""):
+            install = float(found.group(2))
+        elif found := EXPORTED.match(line):
+            export = float(found.group(1))
+        elif found := BUILT.match(line):
+            total = float(found.group(1))
+    return (total, install + export) if total and install else None
+
+
+def floors(clone: Path, report: dict) -> None:
+    print(f"   {'runtime image':<30} {'build':>6} {'floor':>6} {'ratio':>6}   (floor: pip download+install + compression)")
+    for item in report["flavours"]:
+        found = build_floor(clone / "reports" / item["tag"] / "build.log") if item["variant"] == "runtime" else None
+        if found and "build" in item["phases"]:
+            total, floor = found
+            print(f"   {item['tag']:<30} {total:6.0f} {floor:6.0f} {total / floor:6.2f}")
+
+
 def phase_totals(report: dict) -> dict[str, float]:
     totals = {"build": 0.0, "test": 0.0, "push": 0.0}
     for item in report["flavours"]:
@@ -124,6 +158,7 @@ def run(args: argparse.Namespace) -> dict:
         seconds, code = main_job(clone, args.registry, args.engines, args.images, clone.parent / "release-day-1.log")
     report = json.loads((clone / "reports" / "pipeline.json").read_text(encoding="utf-8"))
     describe("first run", seconds, code, report)
+    floors(clone, report)
     grown = tree_bytes(storage) - storage_before
     image_bytes = report["bytes_built"]
     published = json.loads((clone / "published.json").read_text(encoding="utf-8"))["flavours"] \

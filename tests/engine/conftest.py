@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import plain_install as plain_install_module
 import pytest
 from reporters import RecordingReporter
+from second_engine_support import running_second_engine
 
 from xla_images import names
 from xla_images.errors import Failure
@@ -332,3 +333,10 @@ def plain_install(tmp_path_factory) -> "plain_install_module.PlainInstall":
     Path-like: the venv's `xla-images` executable; `.run(*args, cwd=...)` runs it without PYTHONPATH.
     """
     return plain_install_module.install(tmp_path_factory.mktemp("plain-install"))
+
+
+@pytest.fixture(scope="module")
+def second_engine() -> Iterator[dict[str, float | bool]]:
+    """ci/second-engine.sh's engine (context `xla-images-second`), running; stopped after the module when this
+    started it (second_engine_support)."""
+    yield from running_second_engine()

@@ -3,7 +3,9 @@
 One project, three runs: the first ships one release (a cpu/tpuvm pair) while a python with no base on this
 machine is set aside as blocked; the second ships everything, finding the first release already in the registry
 (a resumed run) and overlapping the next build with the current test; the third is a no-op. Each pushed image is
-freed from the engine and recorded in published.json with the digest the registry serves.
+freed from the engine and recorded in published.json with the digest the registry serves. Then the same images
+are shipped again to another repository, split across this engine and a second one (ci/second-engine.sh, over
+TCP with mutual TLS, by its docker context): one release each, the same digests.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from second_engine_support import CONTEXT, copy_image
 from xla_images import names
 from xla_images.model.registry import Registry
 from xla_images.run import engine, registry as registries
@@ -95,3 +98,26 @@ def test_a_third_run_is_a_no_op(shipped) -> None:
     results = {item["tag"]: item["result"] for item in runs["third.json"]["flavours"]}
     assert set(results.values()) == {"held", "blocked"}
     assert all(not item["phases"] for item in runs["third.json"]["flavours"])
+
+
+def test_a_run_split_across_two_engines_pushes_the_same_images(shipped, second_engine, test_base: str,
+                                                                tmp_path: Path) -> None:
+    project, _, _ = shipped
+    copy_image(test_base)  # the site's base, on the second engine too
+    tags = [f"r{release}_3.11_{accelerator}" for release in RELEASES for accelerator in ("cpu", "tpuvm")]
+    split = f"127.0.0.1:5000/xla-images-test-pipeline-split-{uuid.uuid4().hex[:10]}"
+    published = tmp_path / "published.json"
+    result = project.cli("ship", "--engine", "default", "--engine", CONTEXT, "--registry", split, "--checks-only",
+                         "-k", "python_version or labels", "--reports", str(tmp_path / "reports"),
+                         "--published", str(published), *tags)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / "pipeline.json").read_text(encoding="utf-8"))
+    assert [(item["engine"], item["exit_code"]) for item in report["engines"]] == [("default", 0), (CONTEXT, 0)]
+    assert sorted(sorted(item["tags"]) for item in report["engines"]) == \
+        sorted(sorted(tag for tag in tags if tag.startswith(f"r{release}")) for release in RELEASES)
+    assert {item["result"] for item in report["flavours"]} == {"pushed"}
+    assert f"[engine 2 ({CONTEXT})] ship [" in result.stderr + result.stdout
+    one_engine = json.loads((project.root / "published.json").read_text(encoding="utf-8"))["flavours"]
+    both = json.loads(published.read_text(encoding="utf-8"))["flavours"]
+    assert {tag: both[tag]["digest"] for tag in tags} == {tag: one_engine[tag]["digest"] for tag in tags}
+    assert all(both[tag]["registry"] == split for tag in tags)

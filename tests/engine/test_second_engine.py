@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import tarfile
@@ -21,82 +20,34 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 import requests
 
 from registry_process import REPO, RegistryProcess, running
+from second_engine_support import CONTEXT, copy_image, script, second_docker, \
+    without_engine_variables
 from xla_images import names
 from xla_images.run import engine
 
-SCRIPT = REPO / "ci" / "second-engine.sh"
 SECRET_FILES = ("pip/pip.conf", "pip/ca.crt")  # where the wheels stage mounts its secrets (the Dockerfile)
-ENGINE_VARIABLES = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
-CONTEXT = "xla-images-second"
 CACHE_REPOSITORY = "xla-images-test-cache"
 _STEP = re.compile(r"^#(?P<n>\d+) \[(?P<step>[^\]]+)\] (?P<what>.*)$")
 _CACHED = re.compile(r"^#(?P<n>\d+) CACHED$")
 
 
-def _script(command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), command], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def second_engine() -> Iterator[dict[str, float | bool]]:
-    """The second engine, running; stopped afterwards when this fixture started it."""
-    if os.geteuid() != 0:
-        message = "the second engine (dockerd, /etc/hosts, a bridge) needs root"
-        pytest.fail(message) if os.environ.get("CI", "").lower() in ("1", "true", "yes") else pytest.skip(message)
-    started_here = _script("status", timeout=60).returncode != 0
-    began = time.monotonic()
-    if started_here:
-        result = _script("start")
-        assert result.returncode == 0, result.stdout + result.stderr
-    facts: dict[str, float | bool] = {"start_seconds": time.monotonic() - began, "started_here": started_here}
-    print(f"second engine: {'started in %.1f s' % facts['start_seconds'] if started_here else 'already running'}")
-    try:
-        yield facts
-    finally:
-        if started_here:  # what the test's builds left in the engine's cache goes too: it is ours
-            second_docker("builder", "prune", "--all", "--force", timeout=120)
-            stopped = _script("stop")
-            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-
-
-def second_docker(*args: str, stdin=None,  # type: ignore[no-untyped-def]
-                  timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The docker CLI against the second engine, by its context."""
-    return subprocess.run(["docker", "--context", CONTEXT, *args], capture_output=True, text=True, stdin=stdin,
-                          timeout=timeout, env=_without_engine_variables())
-
-
-def _without_engine_variables() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key not in ENGINE_VARIABLES}
-
-
 def tls_environment() -> dict[str, str]:
     """`ci/second-engine.sh env`'s DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH."""
-    printed = _script("env", timeout=30)
+    printed = script("env", timeout=30)
     assert printed.returncode == 0, printed.stderr
     lines = dict(line.removeprefix("export ").split("=", 1) for line in printed.stdout.splitlines() if "=" in line)
     assert set(lines) == {"DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"}, printed.stdout
     return lines
 
 
-def copy_image(ref: str) -> None:
-    """`docker save` on the first engine into `docker load` on the second: the site's base, there too."""
-    with subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, env=_without_engine_variables()) as saver:
-        loaded = second_docker("load", stdin=saver.stdout, timeout=180)
-        saver.stdout.close()
-        assert saver.wait(timeout=60) == 0
-    assert loaded.returncode == 0, loaded.stderr
-
-
 def cli(project, engine_env: dict[str, str],  # type: ignore[no-untyped-def]
         *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """`build.py ARGS` as CI runs it, a child process whose environment names the engine (nothing else differs
     between the engines), and how long it took."""
-    env = {**_without_engine_variables(), "CI": "true", "PYTHONPATH": str(REPO), **engine_env}
+    env = {**without_engine_variables(), "CI": "true", "PYTHONPATH": str(REPO), **engine_env}
     began = time.monotonic()
     result = subprocess.run(project.cli_command(*args), cwd=project.root, env=env, capture_output=True, text=True,
                             timeout=300)
