@@ -21,6 +21,7 @@ if str(SMOKE_DIR) not in sys.path:
     sys.path.insert(0, str(SMOKE_DIR))
 
 from xla_smoke import cli  # noqa: E402
+from xla_smoke.context import DEFAULT_MIN_COMPILE_RATIO  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -143,6 +144,23 @@ def test_compile_time_sweep_and_ratio_threshold(tmp_path: Path) -> None:
     assert metrics["compile_ratio"] == metrics["compile_sweep"][-1]["compile_ratio"]
     for point in check["metrics"]["sweep"]:
         assert point["loop_compiles"] >= 1 and point["scan_compiles"] >= 1
+        assert point["loop_cpu_s"] > 0 and point["scan_cpu_s"] > 0
+
+
+def test_default_margin_fails_where_scan_layers_does_not_pay_off(tmp_path: Path) -> None:
+    """At 2 layers scan_layers' own overhead outweighs what it saves (0.6x measured on 2.9): the check, with its
+    default margin, must say so, as it would for a scan_layers that stopped paying off at 16."""
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_smoke", "--only", "compile_time", "--layers", "2", "--report-dir",
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(SMOKE_DIR), "PJRT_DEVICE": "CPU"})
+    report = json.loads((tmp_path / "report.json").read_text())
+    check = report["checks"][0]
+    assert check["status"] == "failed", check["message"]
+    assert f"below the minimum ratio {DEFAULT_MIN_COMPILE_RATIO:g}x" in check["message"]
+    assert check["metrics"]["min_compile_ratio"] == DEFAULT_MIN_COMPILE_RATIO > 1
+    assert result.returncode == 1
 
 
 def test_host_offload_execution_compares_values(monkeypatch: pytest.MonkeyPatch) -> None:
