@@ -14,12 +14,12 @@ from xla_smoke.expectations import Expectations
 DEFAULT_LAYERS = (16,)
 DEFAULT_TRACE_REPEATS = 7
 # The margin scan_layers must win by at DEFAULT_LAYERS, from CompileTime ratios measured at 16 layers: 2.9 2.1-2.3x
-# in the images (cpu, tpuvm: docs/figures.md), 1.97-3.4x on the host beside other jobs (load 5-10; CPU seconds
-# 14.0 vs 8.8 incl. scan's tracing); 2.6-2.8 6.5-11x. A scan_layers that stops paying off (its body compiled once
-# per layer, as the loop's is, plus its own stacking) lands at 1x or below: where it does not pay off on 2.9, at
-# 2 and 8 layers, it measured 0.6x and 0.5x. 1.3x sits between the two with ~30% room on each side (above the
-# broken 1x, below the lowest healthy 1.97x): noise on a shared machine moved the healthy figure by that much.
-DEFAULT_MIN_COMPILE_RATIO = 1.3
+# in the images (cpu, tpuvm: docs/figures.md), 1.58-3.37x in five runs on the host beside other jobs (load 4-10;
+# in CPU seconds 1.5-1.8x, scan's tracing included); 2.6-2.8 6.5-11x. A scan_layers that stops paying off (its
+# body compiled once per layer, as the loop's is, plus its own stacking) lands below 1x: where it does not pay
+# off on 2.9, at 1, 2 and 8 layers, it measured 0.5-0.74x. 1.2x is about the geometric middle of the two sides
+# (0.74x and 1.58x): ~30% of room each way, as much as one healthy figure moved between runs on a shared machine.
+DEFAULT_MIN_COMPILE_RATIO = 1.2
 
 
 @dataclasses.dataclass

@@ -3,7 +3,7 @@ scan_layers.
 
 The seconds are torch_xla's own CompileTime metric (the sum over the compiles the step caused), not wall time,
 so tracing and execution do not blur the figure. The ratio loop/scan is the benefit scan_layers brings; the
-check fails when it falls below --min-compile-ratio (default 1.3, the margin measured in xla_smoke.context:
+check fails when it falls below --min-compile-ratio (default 1.2, the margin measured in xla_smoke.context:
 a scan_layers that stops paying off lands near 1x or below). Each side's process CPU seconds over the step are
 reported beside it: on a shared machine they show how much of a wall-clock figure was waiting for a core. The
 larger benchmark target is judged by a person reading the figure, not asserted here.
