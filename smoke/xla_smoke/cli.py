@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="timed repeats for tracing (default %(default)s)")
     parser.add_argument("--min-compile-ratio", type=_non_negative_float, default=DEFAULT_MIN_COMPILE_RATIO,
                         metavar="X", help="compile_time fails when loop/scan compile time is below X "
-                                          "(default %(default)s: scan_layers must be faster at all)")
+                                          "(default %(default)s: scan_layers must win by a margin)")
     for field, help_text in EXPECTATION_HELP.items():
         parser.add_argument(expectations.flag_name(field), dest=f"expect_{field}", metavar="VALUE",
                             help=f"{help_text} (default ${expectations.env_var(field)})")

@@ -33,6 +33,19 @@ def test_base_has_labels_python_venv_and_shared_libpython(bootstrapped_base: bas
     assert ".deb" not in run.output and "_Packages" not in run.output
 
 
+def test_trixie_base_has_python_3_13_venv_and_shared_libpython() -> None:
+    """The second base `ci/setup.sh --bases all` bootstraps here (~40 s when missing; kept, as the 3.11 one is):
+    Debian 13 from the same mirror, with the same contents for python 3.13."""
+    made = base.ensure_base("3.13", say=lambda line: print(line, file=sys.stderr))
+    assert engine.images.image_labels(made.ref) == {base.PYTHON_LABEL: "3.13", base.SUITE_LABEL: "trixie"}
+    script = ("python3.13 -m venv /tmp/venv && /tmp/venv/bin/python -c 'import ssl, sys; print(sys.version[:4])' && "
+              "python3.13 -c 'import ctypes; ctypes.CDLL(\"libpython3.13.so.1.0\"); print(\"shared ok\")' && "
+              "cut -d. -f1 /etc/debian_version")
+    run = engine.containers.run_container(made.ref, ["sh", "-c", script], role="test")
+    assert run.exit_code == 0, run.output
+    assert run.output.splitlines()[:3] == ["3.13", "shared ok", "13"]
+
+
 def test_existing_base_is_reused_unless_forced(bootstrapped_base: base.BaseImage) -> None:
     again = base.ensure_base("3.11", say=lambda line: None)
     assert again.reused

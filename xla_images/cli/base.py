@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import click
-from packaging.version import Version
 
 from ..errors import ConfigError
 from ..generate.plan import Plan
@@ -35,12 +34,11 @@ def base(plan: Plan, pythons: tuple[str, ...], suite: str | None, mirror: str | 
       sudo ./build.py base                 # every python of the matrix that Debian provides
     """
     if not pythons:
-        matrix_pythons = sorted({flavour.python for flavour in plan.flavours}, key=Version)
-        pythons = tuple(python for python in matrix_pythons if bases.unbuildable_reason(python) is None)
-        for python in matrix_pythons:
-            reason = bases.unbuildable_reason(python)
-            if reason:
-                click.echo(f"python {python}: not bootstrapped: {reason}", err=True)
+        # Every image's python (runtime and devel alike); one line for each this machine cannot have.
+        buildable, unbuildable = bases.bootstrappable(image.python for image in plan.every_image)
+        for python, reason in unbuildable:
+            click.echo(f"python {python}: not bootstrapped: {reason}", err=True)
+        pythons = tuple(buildable)
         if not pythons:
             raise ConfigError("no python of the matrix can be bootstrapped here", rule="base-python")
     for python in pythons:

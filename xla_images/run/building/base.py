@@ -14,7 +14,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
+
+from packaging.version import Version
 
 from ... import userfiles
 from ...errors import ConfigError, Failure
@@ -76,6 +78,15 @@ def unbuildable_reason(python: str) -> str | None:
     known = ", ".join(f"{recipe.suite} has {version}" for version, recipe in RECIPES.items())
     return (f"no supported Debian suite ships python {python} as its python3 ({known}); "
             f"point site.yaml `bases` at an image with python{python} and its shared libpython")
+
+
+def bootstrappable(pythons: Iterable[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Of these pythons (each once, in version order): those this site can bootstrap, and each other one with
+    why it cannot — so a caller bootstraps what it can and says what it cannot, instead of stopping at one."""
+    ordered = sorted(set(pythons), key=Version)
+    unbuildable = [(python, reason) for python in ordered if (reason := unbuildable_reason(python)) is not None]
+    refused = {python for python, _ in unbuildable}
+    return [python for python in ordered if python not in refused], unbuildable
 
 
 def suite_for(python: str, suite: str | None = None) -> str:
