@@ -50,6 +50,8 @@ PID_FILE="$STATE_DIR/dockerd.pid"
 LOG_FILE="$STATE_DIR/dockerd.log"
 SOCKET="${DOCKER_HOST:-unix:///var/run/docker.sock}"
 TIMEOUT="${ENGINE_TIMEOUT:-60}"
+# shellcheck source=ci/terminate.sh
+. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
 IMAGE_STORE="${ENGINE_IMAGE_STORE:-containerd}"
 DAEMON_CONFIG="$STATE_DIR/daemon.json"
 # pigz: dockerd decompresses gzip layers through `unpigz` when it is on PATH (cold pull of the 7.65 GB torch_xla 2.9
@@ -236,17 +238,7 @@ stop() {
     fi
     need_root stop
     say "stopping dockerd (pid $pid)"
-    kill -TERM "$pid"
-    local waited=0
-    while kill -0 "$pid" 2>/dev/null; do
-        if [ "$waited" -ge "$TIMEOUT" ]; then
-            say "dockerd ignored TERM for ${TIMEOUT}s; killing it"
-            kill -KILL "$pid" 2>/dev/null || true
-            break
-        fi
-        sleep 1
-        waited=$((waited + 1))
-    done
+    terminate "$pid" "dockerd"
     rm -f "$PID_FILE"
     say "stopped"
 }

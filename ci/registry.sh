@@ -29,6 +29,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE_DIR="${XLA_IMAGES_STATE:-/var/lib/xla-images}"
 PORT="${PORT:-5000}"
 TIMEOUT="${REGISTRY_TIMEOUT:-30}"
+# shellcheck source=ci/terminate.sh
+. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
 DIR="$STATE_DIR/registry/$PORT"
 CONFIG="$DIR/config.yml"
 DATA="$DIR/data"
@@ -227,17 +229,7 @@ stop() {
         say "not running"
         return 0
     fi
-    kill -TERM "$pid"
-    local waited=0
-    while kill -0 "$pid" 2>/dev/null; do
-        if [ "$waited" -ge "$TIMEOUT" ]; then
-            say "ignored TERM for ${TIMEOUT}s; killing it"
-            kill -KILL "$pid" 2>/dev/null || true
-            break
-        fi
-        sleep 1
-        waited=$((waited + 1))
-    done
+    terminate "$pid" "the registry"
     rm -f "$PID_FILE"
     say "stopped (pid $pid)"
 }

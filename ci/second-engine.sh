@@ -34,6 +34,8 @@ PORT="${SECOND_ENGINE_PORT:-2376}"
 BRIDGE="${SECOND_ENGINE_BRIDGE:-xla-second0}"
 CIDR="${SECOND_ENGINE_CIDR:-172.31.254.1/24}"
 TIMEOUT="${ENGINE_TIMEOUT:-60}"
+# shellcheck source=ci/terminate.sh
+. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
 CONTEXT=xla-images-second
 PKI="$STATE_DIR/pki"
 CLIENT="$STATE_DIR/client"  # DOCKER_CERT_PATH: ca.pem, cert.pem, key.pem, as the docker CLI and SDK expect
@@ -201,17 +203,7 @@ stop() {
     fi
     need_root stop
     say "stopping dockerd (pid $pid)"
-    kill -TERM "$pid"
-    local waited=0
-    while kill -0 "$pid" 2>/dev/null; do
-        if [ "$waited" -ge "$TIMEOUT" ]; then
-            say "dockerd ignored TERM for ${TIMEOUT}s; killing it"
-            kill -KILL "$pid" 2>/dev/null || true
-            break
-        fi
-        sleep 1
-        waited=$((waited + 1))
-    done
+    terminate "$pid" "dockerd"
     rm -f "$PID_FILE"
     say "stopped"
 }

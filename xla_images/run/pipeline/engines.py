@@ -16,14 +16,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ... import diskio, settings, userfiles
 from ...errors import ConfigError
 from ...model.published import read_published
 from ...model.target import Target
 from ..shipping import publish
-from .ledger import Entry, Phase, Result
+from .ledger import Entry, Phase, Result, Say
 from .order import shard
 from .ship import REPORT_NAME
 
@@ -32,7 +32,6 @@ URL_SCHEMES = ("unix", "tcp", "ssh", "npipe")
 CONTEXT_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.+-]{0,127}")
 STOP_GRACE_SECONDS = 120
 REPORT_LIMIT = 16 * 1024 * 1024
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ...errors import Failure, XlaImagesError
 from ...generate.plan import Plan
@@ -21,10 +20,9 @@ from ..building import base as bases, build as building
 from ..checking import image_tests, nightly_check
 from ..registry import RegistryClient, answers
 from ..shipping import publish
-from .ledger import Phase
+from .ledger import Phase, Say
 from .order import Blocked
 
-Say = Callable[[str], None]
 
 
 @dataclass

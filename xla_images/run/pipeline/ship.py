@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ... import diskio
 from ...generate.plan import Plan
@@ -21,13 +20,12 @@ from .. import engine, registry as registries
 from ..building import build as building
 from ..checking import image_tests
 from . import runner
-from .ledger import Ledger, Result
+from .ledger import Ledger, Result, Say
 from .order import build_order
 from .phases import BaseCheck, EnginePhases, blocked_by_wheels
 
 REPORT_NAME = "pipeline.json"
 LOG_NAME = "pipeline.log"
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
