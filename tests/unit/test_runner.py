@@ -152,3 +152,37 @@ def test_a_bug_in_a_thread_stops_the_run_and_is_raised() -> None:
     with pytest.raises(RuntimeError, match="a bug"):
         runner.run(flavours, Broken(), ledger)
     assert Result.PUSHED not in {entry.result for entry in ledger.results()}
+
+
+def runtime_and_devel() -> list[Target]:
+    runtime = images(1)[0]
+    return order.build_order([runtime, runtime.devel])
+
+
+def test_a_runtime_image_stays_until_its_devel_image_was_tested_against_it() -> None:
+    runtime, devel = runtime_and_devel()
+    phases = FakePhases()
+    ledger = run([runtime, devel], phases)
+    assert [entry.result for entry in ledger.results()] == [Result.PUSHED, Result.PUSHED]
+    events = phases.events
+    assert events.index(("free", runtime.tag)) > events.index(("tested", devel.tag))
+    assert phases.alive == set()
+
+
+def test_a_held_runtime_image_is_built_again_when_its_devel_image_is_not_held() -> None:
+    runtime, devel = runtime_and_devel()
+    phases = FakePhases(held={runtime.tag})
+    ledger = run([runtime, devel], phases)
+    assert ("build", runtime.tag) in phases.events
+    assert [entry.result for entry in ledger.results()] == [Result.PUSHED, Result.PUSHED]
+    both = FakePhases(held={runtime.tag, devel.tag})
+    assert [entry.result for entry in run([runtime, devel], both).results()] == [Result.HELD, Result.HELD]
+    assert both.events == []
+
+
+def test_a_devel_image_that_fails_to_build_lets_its_runtime_image_go() -> None:
+    runtime, devel = runtime_and_devel()
+    phases = FakePhases(fail={devel.tag: "build"})
+    ledger = run([runtime, devel], phases)
+    assert [entry.result for entry in ledger.results()] == [Result.PUSHED, Result.FAILED]
+    assert ("free", runtime.tag) in phases.events

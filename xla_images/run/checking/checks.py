@@ -406,6 +406,11 @@ def run(target: CheckTarget, report_dir: Path, *, keyword: str | None = None, qu
                 "-o", "junit_family=xunit2", "--tb=short", "-rfEs"]
         if quiet:
             args.append("-q")
+        if threading.current_thread() is not threading.main_thread():
+            # pytest's capture swaps the process's own stdout and stderr (file descriptors 1 and 2) while a check
+            # runs: off the main thread (`ship` tests an image while the next one builds) it would swallow every
+            # other thread's output for minutes. The checks' own output then goes where ours goes.
+            args.append("--capture=no")
         if keyword:
             args += ["-k", keyword]
         with _noting_interrupts() as interrupted:

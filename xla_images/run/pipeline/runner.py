@@ -66,6 +66,11 @@ class _Pipeline:
         self.slots = threading.BoundedSemaphore(max(1, options.window))
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
+        # A devel image is tested with its runtime image beside it (its checks compare the two): a runtime image
+        # whose devel image is in the run is freed only once that devel image is done with it.
+        self.devel_pending: set[str] = set()   # runtime tags whose devel image is not done yet
+        self.deferred: dict[str, Target] = {}  # runtime images pushed, waiting for their devel image
+        self.free_lock = threading.Lock()
 
     def run(self, flavours: list[Target]) -> None:
         threads = [threading.Thread(target=self._guarded, args=(self._test_loop,), name="pipeline-test", daemon=True),
@@ -73,25 +78,53 @@ class _Pipeline:
         for thread in threads:
             thread.start()
         try:
-            self._build_all(flavours)
+            self._build_all(self._not_held(flavours))
         except BaseException:
             self.stop.set()
             raise
         finally:
             self.to_test.put(None)  # the tester passes the end on to the pusher
             _join(threads)
+            for flavour in list(self.deferred.values()):
+                self._free(flavour)
             for entry in self.ledger.results():
                 if entry.result is Result.PENDING and self.stop.is_set():
                     entry.result = Result.INTERRUPTED
         if self.errors:
             raise self.errors[0]
 
+    def _not_held(self, flavours: list[Target]) -> list[Target]:
+        """Ask the registry about every image first (a resumed run shows at once what is left). A runtime image
+        is built again, though held, when its devel image is not: the devel image's checks need it here."""
+        held = {}
+        for flavour in flavours:
+            try:
+                digest = self.phases.held(flavour)
+            except XlaImagesError as error:
+                self.ledger.settle(flavour, Result.FAILED, f"asking the registry: {error.message}")
+                continue
+            if digest is not None:
+                held[flavour.tag] = digest
+        tags = {flavour.tag for flavour in flavours}
+        for flavour in flavours:
+            if not flavour.is_devel and flavour.devel.tag in tags and flavour.devel.tag not in held:
+                held.pop(flavour.tag, None)
+        for flavour in flavours:
+            if flavour.tag in held:
+                self.ledger.entry(flavour).digest = held[flavour.tag]
+                self.ledger.settle(flavour, Result.HELD,
+                                   f"the registry holds flavour id {flavour.id[7:19]} as {held[flavour.tag][:19]}")
+        todo = [flavour for flavour in flavours
+                if flavour.tag not in held and self.ledger.entry(flavour).result is Result.PENDING]
+        todo_tags = {flavour.tag for flavour in todo}
+        self.devel_pending = {flavour.runtime_tag for flavour in todo if flavour.is_devel
+                              and flavour.runtime_tag in todo_tags}
+        return todo
+
     def _build_all(self, flavours: list[Target]) -> None:
         for position, flavour in enumerate(flavours):
             if self.stop.is_set():
                 return
-            if self._held(flavour):
-                continue
             if not self._acquire_slot():
                 return
             phase = self._timed(flavour, "build", lambda: self.phases.build(flavour))
@@ -102,18 +135,6 @@ class _Pipeline:
             following = flavours[position + 1] if position + 1 < len(flavours) else None
             if self.options.free_cache and (following is None or cache_group(following) != cache_group(flavour)):
                 self._free_cache(flavour)
-
-    def _held(self, flavour: Target) -> bool:
-        try:
-            digest = self.phases.held(flavour)
-        except XlaImagesError as error:
-            self.ledger.settle(flavour, Result.FAILED, f"asking the registry: {error.message}")
-            return True
-        if digest is None:
-            return False
-        self.ledger.entry(flavour).digest = digest
-        self.ledger.settle(flavour, Result.HELD, f"the registry holds flavour id {flavour.id[7:19]} as {digest[:19]}")
-        return True
 
     def _acquire_slot(self) -> bool:
         """Wait for an image to be freed (polling, so Ctrl-C is not held up by the wait); False once stopped."""
@@ -128,6 +149,7 @@ class _Pipeline:
                 self._release(flavour, free=False)
                 continue
             phase = self._timed(flavour, "test", lambda: self.phases.test(flavour))
+            self._devel_done(flavour)
             if phase.ok:
                 self.to_push.put(flavour)
             else:
@@ -149,17 +171,41 @@ class _Pipeline:
             self.ledger.settle(flavour, Result.PUSHED, f"as {result[0]}")
 
     def _failed(self, flavour: Target, name: str, phase: Phase) -> None:
+        if name == "build":
+            self._devel_done(flavour)
         self._release(flavour, free=self.options.free_images and not self.options.keep_failed)
         self.ledger.settle(flavour, Result.FAILED, f"{name}: {phase.message}")
 
     def _release(self, flavour: Target, *, free: bool) -> None:
+        """Give the image's slot back; free it now, or once its devel image is done with it."""
         try:
             if free:
-                self.ledger.entry(flavour).freed_bytes = self.phases.free_image(flavour)
-        except XlaImagesError as error:
-            self.ledger.note(f"{flavour.tag}: could not free the image: {error.message}")
+                with self.free_lock:
+                    waits = not flavour.is_devel and flavour.tag in self.devel_pending
+                    if waits:
+                        self.deferred[flavour.tag] = flavour
+                if not waits:
+                    self._free(flavour)
         finally:
             self.slots.release()
+
+    def _devel_done(self, flavour: Target) -> None:
+        """A devel image was tested (or failed to build): its runtime image may go, if it waited for that."""
+        if not flavour.is_devel:
+            return
+        with self.free_lock:
+            self.devel_pending.discard(flavour.runtime_tag)
+            waiting = self.deferred.pop(flavour.runtime_tag, None)
+        if waiting is not None:
+            self._free(waiting)
+
+    def _free(self, flavour: Target) -> None:
+        with self.free_lock:
+            self.deferred.pop(flavour.tag, None)
+        try:
+            self.ledger.entry(flavour).freed_bytes = self.phases.free_image(flavour)
+        except XlaImagesError as error:
+            self.ledger.note(f"{flavour.tag}: could not free the image: {error.message}")
 
     def _free_cache(self, flavour: Target) -> None:
         try:
