@@ -200,3 +200,12 @@ def test_devel_stage_is_built_from_runtime_and_changes_none_of_its_layers() -> N
     assert 'io.xla-images.flavour-id="${FLAVOUR_ID}"' in devel
     runtime = stage(dockerfile, "runtime")
     assert 'io.xla-images.tag="r2.6.0_3.11_tpuvm"' in runtime and "variant" not in runtime
+
+
+def test_the_devel_stage_installs_setuptools_at_the_version_the_images_constraints_pin() -> None:
+    """torch 2.7/2.8 (and 2.9 on python 3.12+) depend on setuptools: their lock pins it, and the image's
+    PIP_CONSTRAINT refuses the devel stage any other version (the whole-matrix run failed 2.7's devel build so)."""
+    pinned = "# header\nsetuptools==82.0.1\nsix==1.17.0\n"
+    assert render.devel_requirements(pinned) == ("setuptools==82.0.1", "wheel==0.45.1")
+    assert render.devel_requirements("six==1.17.0\n") == render.DEVEL_PIP
+    assert render.devel_requirements("Wheel==0.44.0\n")[1] == "wheel==0.44.0"

@@ -44,6 +44,19 @@ def header(template: str, command: str = RENDER_COMMAND) -> str:
             f"# matrix.yaml, then regenerate with `{command}`.")
 
 
+def devel_requirements(constraints: str) -> tuple[str, ...]:
+    """What the devel stage adds to the venv (DEVEL_PIP), at the version the image's constraints pin where they pin
+    it: torch 2.7 and 2.8, and 2.9 on python 3.12+, depend on setuptools, so their locks pin it, and the image's
+    PIP_CONSTRAINT would refuse any other version (`ResolutionImpossible`, seen building 2.7's devel image)."""
+    pinned = {}
+    for line in constraints.splitlines():
+        name, equals, version = line.partition("==")
+        if equals and not line.startswith("#"):
+            pinned[name.strip().lower().replace("_", "-")] = version.split(";")[0].strip()
+    return tuple(f"{name}=={pinned.get(name, version)}" for name, _, version in
+                 (requirement.partition("==") for requirement in DEVEL_PIP))
+
+
 def render_flavour(flavour: Flavour, lock_text: str = "") -> dict[str, str]:
     """{"Dockerfile": ..., "constraints.txt": ...} for one flavour and the text of its committed lock. Pure: same
     flavour and lock, same bytes, any site. The constraints come first: the Dockerfile's labels carry their
@@ -95,7 +108,7 @@ def template_context(flavour: Flavour, constraints: str = "") -> dict[str, Any]:
         # What the devel stage sets over the runtime's environment, and its labels (all of them: they replace).
         "devel_env": {name: value for name, value in devel.env.items() if runtime.env.get(name) != value},
         "devel_labels": {**devel.labels, **derived_labels},
-        "devel_pip": DEVEL_PIP,
+        "devel_pip": devel_requirements(constraints),
         "python": flavour.python,
         "torch": flavour.torch,
         "torch_xla": flavour.torch_xla,
