@@ -79,7 +79,9 @@ def resolves(clone: Path, published: dict) -> tuple[int, list[str]]:
     """Each recorded image resolved by its facts from the registry itself: the ref must be the recorded one."""
     good, bad = 0, []
     for tag, entry in published.items():
-        options = [item for fact in FACTS for item in (FILTER_OPTIONS[fact], str(entry["flavour"][fact]))]
+        # A runtime image's record names no variant: `variant` appears on devel images only.
+        facts = {"variant": "runtime", **entry["flavour"]}
+        options = [item for fact in FACTS for item in (FILTER_OPTIONS[fact], str(facts[fact]))]
         registry = entry["registry"]
         answer = subprocess.run([str(clone / ".venv/bin/python"), "build.py", "resolve", "--registry", registry,
                                  *options], cwd=clone, capture_output=True, text=True, timeout=300)
@@ -163,10 +165,10 @@ def run(args: argparse.Namespace) -> dict:
     image_bytes = report["bytes_built"]
     published = json.loads((clone / "published.json").read_text(encoding="utf-8"))["flavours"] \
         if (clone / "published.json").is_file() else {}
-    good, bad = resolves(clone, published)
     print(f"   peak disk above idle {(disk.peak - disk.idle) / 1e9:.1f} GB (idle {disk.idle / 1e9:.1f} GB used)")
     print(f"   registry storage grew {grown / 1e9:.1f} GB = {grown / image_bytes if image_bytes else 0:.2f} of the "
-          f"sum of image sizes ({image_bytes / 1e9:.1f} GB)")
+          f"sum of image sizes ({image_bytes / 1e9:.1f} GB)", flush=True)
+    good, bad = resolves(clone, published)
     print(f"   resolve: {good} of {len(published)} recorded images resolve to their recorded digest" +
           ("" if not bad else "; not: " + "; ".join(bad)))
     figures["first"] = {"seconds": seconds, "exit": code, "report": report, "peak_disk_above_idle": disk.peak - disk.idle,
