@@ -10,14 +10,15 @@ import pytest
 from golden import fixed_flavour_list
 from xla_images.errors import Failure
 from xla_images.model.target import Target
-from xla_images.run.pipeline import order, runner
+from xla_images.run.building.groups import build_order, cache_group
+from xla_images.run.pipeline import runner
 from xla_images.run.pipeline.ledger import Ledger, Phase, Result
 
 WAIT = 10.0  # seconds any fake phase may wait for another before the test fails (never a hang)
 
 
 def images(count: int) -> list[Target]:
-    return order.build_order(fixed_flavour_list())[:count]
+    return build_order(fixed_flavour_list())[:count]
 
 
 class FakePhases:
@@ -132,11 +133,11 @@ def test_held_images_are_skipped_and_no_phase_runs() -> None:
 
 
 def test_the_build_cache_is_freed_between_cache_groups_only() -> None:
-    flavours = order.build_order(fixed_flavour_list())
+    flavours = build_order(fixed_flavour_list())
     phases = FakePhases()
     run(flavours, phases)
     builds = [tag for what, tag in phases.events if what in ("build", "cache")]
-    groups = [order.cache_group(flavour) for flavour in flavours]
+    groups = [cache_group(flavour) for flavour in flavours]
     expected = sum(1 for before, after in zip(groups, groups[1:] + [None]) if before != after)
     assert sum(1 for what, _ in phases.events if what == "cache") == expected
     assert len(builds) == len(flavours) + expected
@@ -156,7 +157,7 @@ def test_a_bug_in_a_thread_stops_the_run_and_is_raised() -> None:
 
 def runtime_and_devel() -> list[Target]:
     runtime = images(1)[0]
-    return order.build_order([runtime, runtime.devel])
+    return build_order([runtime, runtime.devel])
 
 
 def test_a_runtime_image_stays_until_its_devel_image_was_tested_against_it() -> None:

@@ -16,6 +16,7 @@ from ..errors import Failure
 from ..generate.plan import Plan
 from ..model.target import Target
 from ..run.building import build as building
+from ..run.building.groups import build_order
 from .common import flavour_filters, in_ci, interrupts_on_sigterm, plan_options, reports_option, select
 
 FAILURE_TAIL_LINES = 25
@@ -36,8 +37,9 @@ FAILURE_TAIL_LINES = 25
               help="Host folder with locked wheels to put in the context (default: wheelhouse/).")
 @reports_option("reports/<tag>/build.log files")
 @click.option("--prune-cache", is_flag=True,
-              help="After each flavour, drop the engine's unused build cache (~7.5 GB per real flavour) so a "
-                   "disk-bound runner can build many; later builds of the same flavour then start from pip.")
+              help="After the last image of each release+python, drop the engine's unused build cache (~7.5 GB "
+                   "per real flavour) so a disk-bound runner can build many; later builds of those images then "
+                   "start from pip.")
 @flavour_filters
 @plan_options
 def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jobs: int, keep_going: bool,
@@ -46,6 +48,8 @@ def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jo
     """Build flavour images on the Docker engine as xla-images:<tag> (+ aliases).
 
     \b
+    Several images are built in the pipeline's order (release, python, cpu before tpuvm, each runtime image
+    before its devel image), so what they share is built once; `ship` builds, tests and pushes them as one plan.
     A flavour whose image already carries its content-addressed id is skipped (seconds); --force rebuilds.
     Needs the committed lock (`build.py lock TAG`) and a base image (see `build.py doctor`). The output of
     each build goes to reports/<tag>/build.log. An image is tagged only after its build succeeded: a failed
@@ -58,7 +62,8 @@ def build(plan: Plan, names: tuple[str, ...], filters: dict[str, str | None], jo
       build.py build --python 3.11 --abi cxx11 --jobs 2 --keep-going
       build.py build --keep-going --prune-cache      # every flavour, on a disk-bound runner
     """
-    flavours = select(plan, names, filters)
+    # The pipeline's order: images that share layers one after another (`ship` also tests and pushes them).
+    flavours = build_order(select(plan, names, filters))
     options = building.BuildOptions(jobs=jobs, keep_going=keep_going, force=force, ca_bundle=ca_bundle,
                                     wheelhouse=wheelhouse, reports_dir=reports_dir, prune_cache=prune_cache,
                                     builder=settings.read_builder())

@@ -39,6 +39,7 @@ from ...model.compression import LAYER_MEDIA_TYPES, Compression
 from ...model.target import Target
 from ...names import BASE_STAGE, DOCKERFILE, FLAVOUR_ID_LABEL, LOCAL_REPOSITORY, REPORTS, SOURCE_DATE_EPOCH, local_ref
 from . import base as bases, build_mutex
+from .groups import cache_group
 from .. import engine
 from ..packages import lock as locks
 from .context import context_secrets, prepare_classic_context, write_context
@@ -96,8 +97,9 @@ class BuildOptions:
     reports_dir: Path | None = None
     # Run every step again (BuildKit `--no-cache`): what a reproducibility check rebuilds with.
     no_cache: bool = False
-    # Drop the engine's unused build cache after each flavour: BuildKit keeps a real flavour's installed venv
-    # (~7.5 GB) beside its image, which a disk-bound runner cannot afford flavour after flavour.
+    # Drop the engine's unused build cache once the last image of a cache group (groups.cache_group: a release
+    # on one python) was built: BuildKit keeps a real flavour's installed venv (~7.5 GB) beside its image, which a
+    # disk-bound runner cannot afford group after group; within a group the next image reuses it.
     prune_cache: bool = False
     # The builder setting (`auto`, `buildkit` or `classic`; xla_images/settings.py): the CLI passes what
     # $XLA_IMAGES_BUILDER says; a caller that gives none gets the same reading.
@@ -187,6 +189,8 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     base_stage_locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     base_stages_built: set[tuple[str, str]] = field(default_factory=set)
+    # Images still to build per cache group: the build cache is pruned when a group's count reaches 0.
+    group_left: dict[tuple[str, str], int] = field(default_factory=dict)
     buildkit: bool = True
     export: Compression | None = None
 
@@ -202,6 +206,7 @@ class _Run:
             if self._up_to_date(flavour):
                 continue
             todo.put(flavour)
+            self.group_left[cache_group(flavour)] = self.group_left.get(cache_group(flavour), 0) + 1
         workers = Workers(lambda: self._work(todo), max(1, min(self.options.jobs, todo.qsize())), name="build")
         try:
             workers.start()
@@ -285,9 +290,16 @@ class _Run:
                 say(f"FAILED: {error.render()}")
             result.seconds = time.monotonic() - started
             say(f"{result.outcome.value} in {result.seconds:.1f} s")
-            if self.options.prune_cache and result.outcome is Outcome.BUILT:
+            if self._last_of_group(flavour) and self.options.prune_cache and result.outcome is not Outcome.INTERRUPTED:
                 say(f"build cache pruned: {engine.builds.prune_build_cache() / 1e9:.2f} GB reclaimed")
         return result
+
+    def _last_of_group(self, flavour: Target) -> bool:
+        """Count this image done; True when no image of its cache group is left to build in this run."""
+        with self.lock:
+            group = cache_group(flavour)
+            self.group_left[group] = self.group_left.get(group, 1) - 1
+            return self.group_left[group] <= 0
 
     def _build_and_tag(self, flavour: Target, result: FlavourResult, say) -> str:
         self.reporter.state(flavour, "preparing")

@@ -4,7 +4,7 @@ The main thread builds, image after image (one build at a time: on two cores a s
 speed of both); a tester thread runs each built image's checks and smoke suite while the next one builds; a
 pusher thread pushes each image that passed, then frees it. At most `window` images are built and not yet freed
 at any moment (the build waits for a slot), so the disk holds a bounded number of images whatever the size of
-the matrix; between cache groups (order.cache_group) the build cache is freed too.
+the matrix; between cache groups (run.building.groups) the build cache is freed too.
 
 Builds run on the main thread because that is where Ctrl-C (and SIGTERM, which the CLI turns into one) arrives:
 a build in flight is aborted by its own clean-up, tests and pushes in flight finish, nothing new starts.
@@ -20,7 +20,7 @@ from typing import Callable, Protocol
 from ...errors import XlaImagesError
 from ...model.target import Target
 from .ledger import Ledger, Phase, Result
-from .order import cache_group
+from ..building.groups import cache_group
 
 JOIN_POLL_SECONDS = 0.5
 

@@ -18,10 +18,10 @@ from ...model.registry import Registry
 from ...model.target import Target
 from .. import engine, registry as registries
 from ..building import build as building
+from ..building.groups import build_order
 from ..checking import image_tests
 from . import runner
 from .ledger import Ledger, Result, Say
-from .order import build_order
 from .phases import BaseCheck, EnginePhases, blocked_by_wheels
 
 REPORT_NAME = "pipeline.json"
