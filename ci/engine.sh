@@ -50,8 +50,8 @@ PID_FILE="$STATE_DIR/dockerd.pid"
 LOG_FILE="$STATE_DIR/dockerd.log"
 SOCKET="${DOCKER_HOST:-unix:///var/run/docker.sock}"
 TIMEOUT="${ENGINE_TIMEOUT:-60}"
-# shellcheck source=ci/terminate.sh
-. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
+# shellcheck source=ci/daemon.sh
+. "$(dirname "${BASH_SOURCE[0]}")/daemon.sh"
 IMAGE_STORE="${ENGINE_IMAGE_STORE:-containerd}"
 DAEMON_CONFIG="$STATE_DIR/daemon.json"
 # pigz: dockerd decompresses gzip layers through `unpigz` when it is on PATH (cold pull of the 7.65 GB torch_xla 2.9
@@ -176,14 +176,6 @@ install_packages() {
     say "installed: $(dockerd --version 2>/dev/null || echo 'no dockerd'); $(docker buildx version 2>/dev/null || echo 'no buildx')"
 }
 
-our_pid() {
-    # The pid of the dockerd this script started, if it is still alive.
-    [ -f "$PID_FILE" ] || return 1
-    local pid
-    pid="$(cat "$PID_FILE")"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
-
 start() {
     if engine_answers; then
         local running
@@ -210,20 +202,9 @@ start() {
         "${config[@]}" \
         "${EXTRA_ARGS[@]}" \
         >>"$LOG_FILE" 2>&1 </dev/null &
-    local started=$! waited=0
-    until engine_answers; do
-        if ! kill -0 "$started" 2>/dev/null; then
-            tail -n 20 "$LOG_FILE" >&2 || true
-            die "dockerd exited during start-up (log above, full log: $LOG_FILE)"
-        fi
-        if [ "$waited" -ge "$TIMEOUT" ]; then
-            tail -n 20 "$LOG_FILE" >&2 || true
-            die "dockerd did not answer within ${TIMEOUT}s (log above, full log: $LOG_FILE)"
-        fi
-        sleep 1
-        waited=$((waited + 1))
-    done
-    say "running: $(docker info --format 'dockerd {{.ServerVersion}}') after ${waited}s"
+    local began=$SECONDS
+    await_answer $! dockerd engine_answers
+    say "running: $(docker info --format 'dockerd {{.ServerVersion}}') after $((SECONDS - began))s"
 }
 
 stop() {

@@ -29,8 +29,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE_DIR="${XLA_IMAGES_STATE:-/var/lib/xla-images}"
 PORT="${PORT:-5000}"
 TIMEOUT="${REGISTRY_TIMEOUT:-30}"
-# shellcheck source=ci/terminate.sh
-. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
+# shellcheck source=ci/daemon.sh
+. "$(dirname "${BASH_SOURCE[0]}")/daemon.sh"
 DIR="$STATE_DIR/registry/$PORT"
 CONFIG="$DIR/config.yml"
 DATA="$DIR/data"
@@ -50,13 +50,6 @@ esac
 
 answers() {
     curl --silent --fail --max-time 2 --output /dev/null "$URL"
-}
-
-our_pid() {
-    [ -f "$PID_FILE" ] || return 1
-    local pid
-    pid="$(cat "$PID_FILE")"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
 install() {
@@ -95,20 +88,9 @@ start() {
 launch() {
     say "starting (data: $DATA, log: $LOG_FILE)"
     setsid nohup docker-registry serve "$CONFIG" >>"$LOG_FILE" 2>&1 </dev/null &
-    local pid=$! waited=0
+    local pid=$!
     echo "$pid" >"$PID_FILE"
-    until answers; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            tail -n 20 "$LOG_FILE" >&2 || true
-            rm -f "$PID_FILE"
-            die "docker-registry exited during start-up (log above, full log: $LOG_FILE)"
-        fi
-        if [ "$waited" -ge "$TIMEOUT" ]; then
-            die "no answer from $URL within ${TIMEOUT}s (log: $LOG_FILE)"
-        fi
-        sleep 0.5
-        waited=$((waited + 1))
-    done
+    await_answer "$pid" "docker-registry at $URL" answers
     say "running at $URL (pid $pid)"
 }
 

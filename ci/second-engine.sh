@@ -34,8 +34,8 @@ PORT="${SECOND_ENGINE_PORT:-2376}"
 BRIDGE="${SECOND_ENGINE_BRIDGE:-xla-second0}"
 CIDR="${SECOND_ENGINE_CIDR:-172.31.254.1/24}"
 TIMEOUT="${ENGINE_TIMEOUT:-60}"
-# shellcheck source=ci/terminate.sh
-. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
+# shellcheck source=ci/daemon.sh
+. "$(dirname "${BASH_SOURCE[0]}")/daemon.sh"
 CONTEXT=xla-images-second
 PKI="$STATE_DIR/pki"
 CLIENT="$STATE_DIR/client"  # DOCKER_CERT_PATH: ca.pem, cert.pem, key.pem, as the docker CLI and SDK expect
@@ -63,13 +63,6 @@ sdocker() {
 
 engine_answers() {
     [ -f "$CLIENT/cert.pem" ] && sdocker info --format '{{.ServerVersion}}' >/dev/null 2>&1
-}
-
-our_pid() {
-    [ -f "$PID_FILE" ] || return 1
-    local pid
-    pid="$(cat "$PID_FILE")"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
 make_pki() {
@@ -179,19 +172,7 @@ start() {
         --bridge "$BRIDGE" --iptables=false --ip-masq=false --ip 127.0.0.1 \
         --storage-driver overlayfs --exec-opt native.cgroupdriver=cgroupfs \
         >>"$LOG_FILE" 2>&1 </dev/null &
-    local started=$! waited=0
-    until engine_answers; do
-        if ! kill -0 "$started" 2>/dev/null; then
-            tail -n 20 "$LOG_FILE" >&2 || true
-            die "dockerd exited during start-up (log above, full log: $LOG_FILE)"
-        fi
-        if [ "$waited" -ge "$TIMEOUT" ]; then
-            tail -n 20 "$LOG_FILE" >&2 || true
-            die "dockerd did not answer within ${TIMEOUT}s (log above, full log: $LOG_FILE)"
-        fi
-        sleep 0.5
-        waited=$((waited + 1))
-    done
+    await_answer $! dockerd engine_answers
     say "running: $(sdocker info --format 'dockerd {{.ServerVersion}}') after $(awk -v b="$began" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - b }')s; docker context $CONTEXT"
 }
 
