@@ -73,18 +73,22 @@ def run_image_tests(plan: Plan, flavours: list[Target], options: ImageTestOption
         report_dir = reports_root / flavour.tag
         smoked, scan = None, None
         try:
+            # The layer scan waits on `docker save` (the disk): it runs beside the CPU-bound smoke suite, or beside
+            # the checks before the one that reads it (a devel image's checks build the example extension first:
+            # its scan took 90-123 s on its own in the whole-matrix run). With -k the checks may not scan the
+            # layers at all: then they scan on demand, if they do.
+            scan = None if options.keyword else checks.BackgroundLayerScan(
+                engine.images.save_image_stream(image), ca_bundle)
             # A devel image's python, torch and torch_xla are its runtime image's layers, which the runtime's own
             # `test` runs the smoke suite on; the devel checks build and run the example extension instead.
             if not options.checks_only and not flavour.is_devel:
-                # With -k the checks may not scan the layers at all: then they scan on demand, if they do.
-                scan = None if options.keyword else checks.BackgroundLayerScan(
-                    engine.images.save_image_stream(image), ca_bundle)
                 say(f"== {flavour.tag}: smoke suite ({'TPU' if options.tpu else 'PJRT CPU'})"
                     + (", the layer scan beside it" if scan else ""))
                 smoked = smoke_runner.run(flavour, image, report_dir, tpu=options.tpu,
                                           layers=[options.layers] if options.layers else None,
                                           on_line=on_smoke_line)
-            say(f"== {flavour.tag}: image checks on {image}")
+            say(f"== {flavour.tag}: image checks on {image}"
+                + (", the layer scan beside them" if scan and (options.checks_only or flavour.is_devel) else ""))
             checked = checks.run(checks.CheckTarget(flavour, image, ca_bundle, options.tpu, layer_scan=scan),
                                  report_dir, keyword=options.keyword, quiet=True)
         finally:
