@@ -187,3 +187,54 @@ def test_a_devel_image_that_fails_to_build_lets_its_runtime_image_go() -> None:
     ledger = run([runtime, devel], phases)
     assert [entry.result for entry in ledger.results()] == [Result.PUSHED, Result.FAILED]
     assert ("free", runtime.tag) in phases.events
+
+
+class InterruptedPhases(FakePhases):
+    """Ctrl-C arrives during the second build, once the first image's test has started; that test ends only
+    after the run said it was interrupted (by then it has stopped: no race with the pusher)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.testing = threading.Event()
+        self.said_interrupted = threading.Event()
+
+    def build(self, flavour: Target) -> Phase:
+        if any(what == "build" for what, _ in self.events):
+            assert self.testing.wait(WAIT), "the first image's test never started"
+            raise KeyboardInterrupt
+        return super().build(flavour)
+
+    def test(self, flavour: Target) -> Phase:
+        self.testing.set()
+        assert self.said_interrupted.wait(WAIT), "the run never said it was interrupted"
+        return super().test(flavour)
+
+
+def test_ctrl_c_lets_the_test_in_flight_finish_starts_nothing_new_and_says_so() -> None:
+    flavours = images(3)
+    phases = InterruptedPhases()
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if "interrupted" in line:
+            phases.said_interrupted.set()
+
+    ledger = Ledger(flavours, say=say)
+    raised: list[BaseException] = []
+
+    def ship() -> None:
+        try:
+            runner.run(flavours, phases, ledger)
+        except BaseException as error:  # noqa: BLE001 - the test looks at it
+            raised.append(error)
+
+    worker = threading.Thread(target=ship)
+    worker.start()
+    worker.join(WAIT * 3)
+    assert not worker.is_alive(), "the pipeline did not finish"
+    assert len(raised) == 1 and isinstance(raised[0], KeyboardInterrupt)
+    assert ("tested", flavours[0].tag) in phases.events  # the test in flight finished
+    assert not any(what == "push" for what, _ in phases.events)  # nothing new started
+    assert [entry.result for entry in ledger.results()] == [Result.INTERRUPTED] * 3
+    assert any("interrupted" in line and "resume" in line for line in lines)

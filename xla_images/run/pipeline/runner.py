@@ -79,8 +79,11 @@ class _Pipeline:
             thread.start()
         try:
             self._build_all(self._not_held(flavours))
-        except BaseException:
+        except BaseException as error:
             self.stop.set()
+            if isinstance(error, KeyboardInterrupt):
+                self.ledger.note("interrupted: the build in flight is stopped; a test in flight finishes (a few "
+                                 "minutes at most), nothing new starts. Run the same command again to resume.")
             raise
         finally:
             self.to_test.put(None)  # the tester passes the end on to the pusher
