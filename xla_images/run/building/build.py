@@ -290,7 +290,8 @@ class _Run:
                 say(f"FAILED: {error.render()}")
             result.seconds = time.monotonic() - started
             say(f"{result.outcome.value} in {result.seconds:.1f} s")
-            if self._last_of_group(flavour) and self.options.prune_cache and result.outcome is not Outcome.INTERRUPTED:
+            group_done = self._last_of_group(flavour)
+            if group_done and self.options.prune_cache and result.outcome is not Outcome.INTERRUPTED:
                 say(f"build cache pruned: {engine.builds.prune_build_cache() / 1e9:.2f} GB reclaimed")
         return result
 

@@ -19,8 +19,8 @@ from typing import Callable, Protocol
 
 from ...errors import XlaImagesError
 from ...model.target import Target
-from .ledger import Ledger, Phase, Result
 from ..building.groups import cache_group
+from .ledger import Ledger, Phase, Result
 
 JOIN_POLL_SECONDS = 0.5
 
