@@ -38,7 +38,7 @@ def _build_all(monkeypatch: pytest.MonkeyPatch, tmp_path, flavours, failing: set
     run = build._Run(None, build.BuildOptions(prune_cache=True, keep_going=True, reports_dir=tmp_path), SILENT)
     for flavour in flavours:
         run.results[flavour.tag] = build.FlavourResult(flavour)
-        run.group_left[cache_group(flavour)] = run.group_left.get(cache_group(flavour), 0) + 1
+        run._expect(flavour)
     for flavour in flavours:
         run._build_one(flavour)
     return events

@@ -206,7 +206,7 @@ class _Run:
             if self._up_to_date(flavour):
                 continue
             todo.put(flavour)
-            self.group_left[cache_group(flavour)] = self.group_left.get(cache_group(flavour), 0) + 1
+            self._expect(flavour)
         workers = Workers(lambda: self._work(todo), max(1, min(self.options.jobs, todo.qsize())), name="build")
         try:
             workers.start()
@@ -294,6 +294,10 @@ class _Run:
             if group_done and self.options.prune_cache and result.outcome is not Outcome.INTERRUPTED:
                 say(f"build cache pruned: {engine.builds.prune_build_cache() / 1e9:.2f} GB reclaimed")
         return result
+
+    def _expect(self, flavour: Target) -> None:
+        """Count one more image of its cache group to build in this run."""
+        self.group_left[cache_group(flavour)] = self.group_left.get(cache_group(flavour), 0) + 1
 
     def _last_of_group(self, flavour: Target) -> bool:
         """Count this image done; True when no image of its cache group is left to build in this run."""

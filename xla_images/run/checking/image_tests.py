@@ -88,7 +88,7 @@ def run_image_tests(plan: Plan, flavours: list[Target], options: ImageTestOption
                                           layers=[options.layers] if options.layers else None,
                                           on_line=on_smoke_line)
             say(f"== {flavour.tag}: image checks on {image}"
-                + (", the layer scan beside them" if scan and (options.checks_only or flavour.is_devel) else ""))
+                + (", the layer scan beside them" if scan and smoked is None else ""))
             checked = checks.run(checks.CheckTarget(flavour, image, ca_bundle, options.tpu, layer_scan=scan),
                                  report_dir, keyword=options.keyword, quiet=True)
         finally:
